@@ -1,0 +1,72 @@
+// exactjit C ABI (include/exactjit/exactjit.h) over the C++ Runtime. No exception or C++ type
+// crosses this boundary; every failure becomes a status code plus a thread-local message.
+#include "exactjit/exactjit.h"
+
+#include "exactjit/exactjit.hpp"
+#include "runtime/environment.hpp"
+
+#include <new>
+#include <string>
+
+struct xj_runtime {
+  explicit xj_runtime(exactjit::RuntimeOptions options) : runtime(std::move(options)) {}
+  exactjit::Runtime runtime;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+exactjit_status_t finish(const exactjit::Status& status) {
+  g_last_error = status.message();
+  return static_cast<exactjit_status_t>(status.code());
+}
+
+exactjit_status_t fail(exactjit_status_t code, const char* message) {
+  g_last_error = message;
+  return code;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* xj_version(void) { return EXACTJIT_VERSION; }
+
+const char* xj_last_error(void) { return g_last_error.c_str(); }
+
+exactjit_status_t xj_runtime_create(const xj_runtime_options* options, xj_runtime** runtime) {
+  if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "xj_runtime_create: runtime must not be NULL");
+  *runtime = nullptr;
+  exactjit::RuntimeOptions resolved = exactjit::RuntimeOptions::from_environment();
+  if (options) {
+    if (options->struct_size < sizeof(xj_runtime_options))
+      return fail(XJ_ERROR_INVALID_ARGUMENT, "xj_runtime_create: options->struct_size must be sizeof(xj_runtime_options)");
+    if (options->cache_dir) resolved.cache_dir = options->cache_dir;
+    if (options->read_only_cache_path) resolved.read_only_dirs = exactjit::split_path_list(options->read_only_cache_path);
+    if (options->offline >= 0) resolved.offline = options->offline != 0;
+    if (options->arch) resolved.arch = options->arch;
+    if (options->check_after_launch >= 0) resolved.check_after_launch = options->check_after_launch != 0;
+  }
+  *runtime = new (std::nothrow) xj_runtime(std::move(resolved));
+  if (!*runtime) return fail(XJ_ERROR_INTERNAL, "xj_runtime_create: out of memory");
+  g_last_error.clear();
+  return XJ_OK;
+}
+
+void xj_runtime_destroy(xj_runtime* runtime) { delete runtime; }
+
+exactjit_status_t xj_gate_residual(xj_runtime* runtime, const DLTensor* residual, const DLTensor* gate,
+                                   const DLTensor* index, const DLTensor* y, const DLTensor* out, void* stream) {
+  if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "gate_residual: runtime must not be NULL");
+  if (!residual || !gate || !index || !y || !out)
+    return fail(XJ_ERROR_INVALID_ARGUMENT, "gate_residual: residual, gate, index, y and out must not be NULL");
+  return finish(runtime->runtime.gate_residual(*residual, *gate, *index, *y, *out, stream));
+}
+
+exactjit_status_t xj_synchronize(xj_runtime* runtime, int device_id, void* stream) {
+  if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "synchronize: runtime must not be NULL");
+  return finish(runtime->runtime.synchronize(device_id, stream));
+}
+
+}  // extern "C"

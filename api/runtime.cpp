@@ -1,0 +1,195 @@
+// exactjit Runtime: the C++ API over the pipeline (include/exactjit/exactjit.hpp).
+//
+// Hot path of an op call: validate (kernels/) -> per-device spec->CUfunction map under a shared
+// lock -> cuLaunchKernel on the caller's stream. Nothing is rendered, hashed or allocated there.
+// The first call of a spec on a device takes the slow path: render the source, get the image from
+// the kernel cache (memory, disk or NVRTC), load the module in the device's primary context.
+#include "api/runtime_impl.hpp"
+
+#include "codegen/render.hpp"
+#include "kernels/gate_residual.hpp"
+#include "runtime/device_errors.hpp"
+#include "runtime/errors.hpp"
+#include "runtime/nvrtc.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace exactjit {
+
+RuntimeOptions RuntimeOptions::from_environment() {
+  const CacheConfig config = cache_config_from_environment();
+  RuntimeOptions options;
+  options.cache_dir = config.writable_dir;
+  options.read_only_dirs = config.read_only_dirs;
+  options.offline = config.offline;
+  if (const char* arch = std::getenv("EXACTJIT_ARCH")) options.arch = arch;
+  const char* check = std::getenv("EXACTJIT_CHECK_AFTER_LAUNCH");
+  options.check_after_launch = check && *check && std::string(check) != "0";
+  return options;
+}
+
+Status to_status(llvm::Error error) {
+  if (!error) return Status();
+  ErrorReport report = take_error(std::move(error));
+  return Status(static_cast<int>(report.code), std::move(report.message));
+}
+
+namespace {
+
+CacheConfig cache_config_of(const RuntimeOptions& options) {
+  CacheConfig config;
+  config.writable_dir = options.cache_dir;
+  config.read_only_dirs = options.read_only_dirs;
+  config.offline = options.offline;
+  return config;
+}
+
+}  // namespace
+
+Runtime::Impl::Impl(RuntimeOptions runtime_options)
+    : options(std::move(runtime_options)), cache(cache_config_of(options)) {
+  if (!options.arch.empty()) forced_target = parse_target(options.arch);
+}
+
+llvm::Error Runtime::Impl::check_options() const {
+  if (!options.arch.empty() && !forced_target)
+    return make_error(ErrorCode::InvalidArgument,
+                      fmt::format("arch '{}' (EXACTJIT_ARCH) must look like sm_90 or compute_90", options.arch));
+  return llvm::Error::success();
+}
+
+Runtime::Impl::~Impl() {
+  modules.reset();  // unload before the contexts go
+  for (auto& slot : devices) {
+    DeviceState* state = slot.load();
+    if (!state) continue;
+    if (state->error_record) {
+      ScopedContext scope(*driver, state->context);
+      driver->cuMemFree(state->error_record);
+    }
+    driver->cuDevicePrimaryCtxRelease(state->device);
+    delete state;
+  }
+}
+
+llvm::Expected<DeviceState*> Runtime::Impl::device(int device_id) {
+  if (device_id < 0 || device_id >= kMaxDevices)
+    return make_error(ErrorCode::InvalidArgument, fmt::format("CUDA device id {} is out of range", device_id));
+  if (DeviceState* state = devices[device_id].load(std::memory_order_acquire)) return state;
+  if (auto err = check_options()) return err;
+
+  std::lock_guard<std::mutex> lock(devices_mutex);
+  if (DeviceState* state = devices[device_id].load()) return state;
+  if (!driver) {
+    auto loaded = Driver::get();
+    if (!loaded) return loaded.takeError();
+    driver = *loaded;
+    modules = std::make_unique<ModuleTable>(*driver);
+  }
+  int count = 0;
+  if (auto err = driver->check(driver->cuDeviceGetCount(&count), "cuDeviceGetCount")) return err;
+  if (device_id >= count)
+    return make_error(ErrorCode::InvalidArgument,
+                      fmt::format("CUDA device {} does not exist ({} device(s) visible)", device_id, count));
+  auto state = std::make_unique<DeviceState>();
+  if (auto err = driver->check(driver->cuDeviceGet(&state->device, device_id), "cuDeviceGet")) return err;
+  int major = 0, minor = 0;
+  driver->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, state->device);
+  driver->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, state->device);
+  state->target = forced_target.value_or(Target{major * 10 + minor, false});
+  if (auto err = driver->check(driver->cuDevicePrimaryCtxRetain(&state->context, state->device),
+                               "cuDevicePrimaryCtxRetain"))
+    return err;
+  auto record = allocate_error_record(*driver, state->context);
+  if (!record) {
+    driver->cuDevicePrimaryCtxRelease(state->device);
+    return record.takeError();
+  }
+  state->error_record = *record;
+  devices[device_id].store(state.get(), std::memory_order_release);
+  return state.release();
+}
+
+llvm::Expected<CUfunction> Runtime::Impl::function(DeviceState& state, KernelSpec spec) {
+  spec.target = state.target;
+  {
+    std::shared_lock<std::shared_mutex> lock(state.mutex);
+    if (auto it = state.functions.find(spec); it != state.functions.end()) return it->second;
+  }
+  const KernelSpec requested = spec;
+  auto lookup = cache.get(codegen::render(spec));
+  if (!lookup && !options.offline) {
+    // A device newer than NVRTC knows: compile PTX for the newest architecture NVRTC supports
+    // and let the driver finish it.
+    auto nvrtc = Nvrtc::get();
+    const std::vector<int>* archs = nvrtc ? &(*nvrtc)->supported_archs() : nullptr;
+    if (!nvrtc) llvm::consumeError(nvrtc.takeError());
+    if (archs && !archs->empty() && !spec.target.ptx &&
+        std::find(archs->begin(), archs->end(), spec.target.sm) == archs->end() && spec.target.sm > archs->back()) {
+      llvm::consumeError(lookup.takeError());
+      fmt::print(stderr, "exactjit: device sm_{} is newer than NVRTC {}.{} supports; compiling PTX for compute_{}\n",
+                 spec.target.sm, (*nvrtc)->identity().major, (*nvrtc)->identity().minor, archs->back());
+      spec.target = Target{archs->back(), true};
+      {
+        std::lock_guard<std::shared_mutex> lock(state.mutex);
+        state.target = spec.target;
+      }
+      lookup = cache.get(codegen::render(spec));
+    }
+  }
+  if (!lookup) return lookup.takeError();
+  auto function = modules->function(state.context, *lookup->kernel);
+  if (!function) return function.takeError();
+  std::lock_guard<std::shared_mutex> lock(state.mutex);
+  state.functions.emplace(requested, *function);
+  state.functions.emplace(spec, *function);
+  return *function;
+}
+
+llvm::Error Runtime::Impl::launch(const LaunchPlan& plan, void* stream) {
+  if (plan.grid == 0) return llvm::Error::success();
+  auto state = device(plan.device_id);
+  if (!state) return state.takeError();
+  auto function = this->function(**state, plan.spec);
+  if (!function) return function.takeError();
+
+  uint64_t params[LaunchPlan::kMaxParams + 1];
+  void* args[LaunchPlan::kMaxParams + 1];
+  for (int i = 0; i < plan.param_count; ++i) {
+    params[i] = plan.params[i];
+    args[i] = &params[i];
+  }
+  params[plan.param_count] = (*state)->error_record;
+  args[plan.param_count] = &params[plan.param_count];
+
+  ScopedContext scope(*driver, (*state)->context);
+  if (auto err = driver->check(driver->cuLaunchKernel(*function, plan.grid, 1, 1, plan.threads, 1, 1, 0,
+                                                      static_cast<CUstream>(stream), args, nullptr),
+                               "cuLaunchKernel"))
+    return make_error(ErrorCode::Cuda, fmt::format("{}: {}", op_name(plan.spec.op), llvm::toString(std::move(err))));
+  if (options.check_after_launch)
+    return check_error_record(*driver, (*state)->context, static_cast<CUstream>(stream), (*state)->error_record);
+  return llvm::Error::success();
+}
+
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Runtime::~Runtime() = default;
+
+Status Runtime::gate_residual(const DLTensor& residual, const DLTensor& gate, const DLTensor& index,
+                              const DLTensor& y, const DLTensor& out, void* stream) {
+  auto plan = plan_gate_residual({residual, gate, index, y, out});
+  if (!plan) return to_status(plan.takeError());
+  return to_status(impl_->launch(*plan, stream));
+}
+
+Status Runtime::synchronize(int device_id, void* stream) {
+  auto state = impl_->device(device_id);
+  if (!state) return to_status(state.takeError());
+  return to_status(check_error_record(*impl_->driver, (*state)->context, static_cast<CUstream>(stream),
+                                      (*state)->error_record));
+}
+
+}  // namespace exactjit

@@ -1,0 +1,59 @@
+// exactjit Runtime internals, shared by the C++ API (runtime.cpp), the C ABI and the self-test.
+#pragma once
+
+#include "exactjit/exactjit.hpp"
+#include "kernels/launch_plan.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/kernel_cache.hpp"
+#include "runtime/module_table.hpp"
+
+#include <llvm/Support/Error.h>
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <unordered_map>
+
+namespace exactjit {
+
+/// What the runtime keeps per CUDA device: its primary context, the target its kernels are
+/// compiled for, its device error record and the spec -> function map of the hot path.
+struct DeviceState {
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  Target target;
+  CUdeviceptr error_record = 0;
+  std::shared_mutex mutex;
+  std::unordered_map<KernelSpec, CUfunction, KernelSpecHash> functions;
+};
+
+struct Runtime::Impl {
+  static constexpr int kMaxDevices = 64;
+
+  explicit Impl(RuntimeOptions options);
+  ~Impl();
+
+  /// An unparseable arch override is reported at the first device use.
+  llvm::Error check_options() const;
+  /// The device's state, created (driver loaded, primary context retained) on first use.
+  llvm::Expected<DeviceState*> device(int device_id);
+  /// The loaded kernel for `spec` on the device (the spec's target is the device's).
+  llvm::Expected<CUfunction> function(DeviceState& state, KernelSpec spec);
+  /// Launches a validated plan on `stream` (appending the device's error record).
+  llvm::Error launch(const LaunchPlan& plan, void* stream);
+
+  RuntimeOptions options;
+  std::optional<Target> forced_target;
+  KernelCache cache;
+  const Driver* driver = nullptr;  // set under devices_mutex before any device is published
+  std::unique_ptr<ModuleTable> modules;
+  std::mutex devices_mutex;
+  std::array<std::atomic<DeviceState*>, kMaxDevices> devices{};
+};
+
+Status to_status(llvm::Error error);
+
+}  // namespace exactjit

@@ -1,0 +1,221 @@
+// exactjit self-test (see selftest.hpp).
+#include "api/selftest.hpp"
+
+#include "kernels/catalog.hpp"
+#include "kernels/host_model.hpp"
+#include "runtime/device_buffer.hpp"
+#include "runtime/errors.hpp"
+#include "templates/numerics.cuh"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace exactjit {
+namespace {
+
+// Deterministic data: splitmix64 drives values of mixed magnitude plus a sprinkle of specials.
+struct Generator {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  float value() {
+    const uint64_t pick = next() % 1000;
+    if (pick == 0) return std::numeric_limits<float>::quiet_NaN();
+    if (pick == 1) return std::numeric_limits<float>::infinity();
+    if (pick == 2) return -std::numeric_limits<float>::infinity();
+    if (pick == 3) return 1e-41f;  // denormal
+    if (pick == 4) return -0.0f;
+    static const float scales[] = {1.0f, 1e-3f, 30.0f};
+    return static_cast<float>((uniform() * 2 - 1) * 4) * scales[next() % 3];
+  }
+};
+
+std::vector<uint8_t> random_storage(Generator& gen, DType dtype, int64_t count) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(count) * dtype_size(dtype));
+  for (int64_t k = 0; k < count; ++k) {
+    const float v = gen.value();
+    if (dtype == DType::F32) {
+      std::memcpy(&bytes[k * 4], &v, 4);
+    } else {
+      const uint16_t bits = dtype == DType::BF16 ? xj::round_to<xj::bf16>(v).bits : xj::round_to<xj::fp16>(v).bits;
+      std::memcpy(&bytes[k * 2], &bits, 2);
+    }
+  }
+  return bytes;
+}
+
+DLDataType dl_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return {kDLFloat, 32, 1};
+    case DType::BF16: return {kDLBfloat, 16, 1};
+    case DType::F16: return {kDLFloat, 16, 1};
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string GateResidualCase::name() const {
+  return fmt::format("gate_residual {} H={} stride={} R={} S={} B={} index={}{}{}", dtype_name(dtype), hidden,
+                     table_stride, table_rows, seq, batch, index_type_name(index), misaligned ? " scalar" : "",
+                     bad_position >= 0 ? fmt::format(" bad-index@{}", bad_position) : "");
+}
+
+llvm::Expected<CaseOutcome> run_gate_residual_case(Runtime& runtime, int device_id, const GateResidualCase& c) {
+  auto driver = Driver::get();
+  if (!driver) return driver.takeError();
+  auto context = primary_context(**driver, device_id);
+  if (!context) return context.takeError();
+
+  const size_t elem = dtype_size(c.dtype);
+  const int64_t rows = c.seq * c.batch;
+  const int64_t count = rows * c.hidden;
+  const int64_t shift = c.misaligned ? 1 : 0;  // elements
+  const int64_t table_count = (c.table_rows - 1) * c.table_stride + c.hidden;
+
+  Generator gen{c.seed};
+  const std::vector<uint8_t> residual = random_storage(gen, c.dtype, count);
+  const std::vector<uint8_t> y = random_storage(gen, c.dtype, count);
+  const std::vector<uint8_t> table = random_storage(gen, c.dtype, table_count);
+  const size_t index_elem = c.index == IndexType::I32 ? 4 : 8;
+  std::vector<uint8_t> index(static_cast<size_t>(c.seq) * index_elem);
+  for (int64_t s = 0; s < c.seq; ++s) {
+    int64_t value = static_cast<int64_t>(gen.next() % static_cast<uint64_t>(c.table_rows));
+    if (s == c.bad_position) value = c.table_rows + 3;
+    if (c.index == IndexType::I32) {
+      const int32_t v32 = static_cast<int32_t>(value);
+      std::memcpy(&index[s * 4], &v32, 4);
+    } else {
+      std::memcpy(&index[s * 8], &value, 8);
+    }
+  }
+
+  const size_t act_bytes = static_cast<size_t>(count + shift) * elem;
+  auto d_residual = DeviceBuffer::allocate(**driver, *context, act_bytes);
+  if (!d_residual) return d_residual.takeError();
+  auto d_y = DeviceBuffer::allocate(**driver, *context, act_bytes);
+  if (!d_y) return d_y.takeError();
+  auto d_out = DeviceBuffer::allocate(**driver, *context, act_bytes);
+  if (!d_out) return d_out.takeError();
+  auto d_table = DeviceBuffer::allocate(**driver, *context, static_cast<size_t>(table_count) * elem);
+  if (!d_table) return d_table.takeError();
+  auto d_index = DeviceBuffer::allocate(**driver, *context, index.size());
+  if (!d_index) return d_index.takeError();
+  for (auto [buffer, host] : {std::pair{&*d_residual, &residual}, std::pair{&*d_y, &y}})
+    if (auto err = buffer->upload(host->data(), host->size(), shift * elem)) return err;
+  if (auto err = d_table->upload(table.data(), table.size())) return err;
+  if (auto err = d_index->upload(index.data(), index.size())) return err;
+  if (auto err = d_out->fill(0xFF)) return err;  // poison: unwritten elements show up
+
+  int64_t act_shape[3] = {c.batch, c.seq, c.hidden};
+  int64_t table_shape[2] = {c.table_rows, c.hidden};
+  int64_t table_strides[2] = {c.table_stride, 1};
+  int64_t index_shape[1] = {c.seq};
+  const DLDevice device{kDLCUDA, device_id};
+  auto tensor = [&](const DeviceBuffer& buffer, uint64_t byte_offset, int ndim, int64_t* shape, int64_t* strides,
+                    DLDataType dtype) {
+    DLTensor t{};
+    t.data = reinterpret_cast<void*>(buffer.address());
+    t.device = device;
+    t.ndim = ndim;
+    t.dtype = dtype;
+    t.shape = shape;
+    t.strides = strides;
+    t.byte_offset = byte_offset;
+    return t;
+  };
+  const DLDataType dt = dl_dtype(c.dtype);
+  const DLTensor t_residual = tensor(*d_residual, shift * elem, 3, act_shape, nullptr, dt);
+  const DLTensor t_y = tensor(*d_y, shift * elem, 3, act_shape, nullptr, dt);
+  const DLTensor t_out = tensor(*d_out, shift * elem, 3, act_shape, nullptr, dt);
+  const DLTensor t_gate = tensor(*d_table, 0, 2, table_shape, table_strides, dt);
+  const DLTensor t_index =
+      tensor(*d_index, 0, 1, index_shape, nullptr, DLDataType{kDLInt, static_cast<uint8_t>(index_elem * 8), 1});
+
+  CaseOutcome outcome;
+  outcome.launch = runtime.gate_residual(t_residual, t_gate, t_index, t_y, t_out, nullptr);
+  outcome.sync = runtime.synchronize(device_id, nullptr);
+  if (!outcome.launch.ok()) {
+    outcome.detail = "launch failed: " + outcome.launch.message();
+    return outcome;
+  }
+
+  std::vector<uint8_t> expected(act_bytes - shift * elem, 0xFF), actual(expected.size());
+  gate_residual_model(c.dtype, residual.data(), table.data(), c.table_stride, c.table_rows, index.data(), c.index,
+                      y.data(), expected.data(), rows, c.seq, c.hidden);
+  if (auto err = d_out->download(actual.data(), actual.size(), shift * elem)) return err;
+  for (int64_t k = 0; k < count; ++k) {
+    if (std::memcmp(&expected[k * elem], &actual[k * elem], elem) != 0) {
+      if (outcome.first_mismatch < 0) outcome.first_mismatch = k;
+      ++outcome.mismatches;
+    }
+  }
+  const bool bits_equal = outcome.mismatches == 0;
+  if (c.bad_position >= 0) {
+    const bool reported = outcome.sync.code() == static_cast<int>(ErrorCode::BadIndex) &&
+                          outcome.sync.message().find("gate_residual") != std::string::npos;
+    outcome.passed = bits_equal && reported;
+    outcome.detail = reported ? "bad index reported: " + outcome.sync.message()
+                              : "bad index NOT reported (sync: " + outcome.sync.message() + ")";
+  } else {
+    outcome.passed = bits_equal && outcome.sync.ok();
+    if (!outcome.sync.ok()) outcome.detail = "synchronize: " + outcome.sync.message();
+  }
+  if (!bits_equal)
+    outcome.detail += fmt::format("{}{} of {} elements differ from the host model (first at {})",
+                                  outcome.detail.empty() ? "" : "; ", outcome.mismatches, count, outcome.first_mismatch);
+  return outcome;
+}
+
+llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int device_id,
+                                                       const std::function<void(const SelftestLine&)>& progress) {
+  std::vector<GateResidualCase> cases;
+  uint64_t seed = 1;
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32}) {
+    for (int64_t stride : {6 * kDefaultHidden, 2 * kDefaultHidden}) {
+      for (IndexType index : {IndexType::I64, IndexType::I32}) {
+        for (bool misaligned : {false, true}) {
+          GateResidualCase c;
+          c.dtype = dtype;
+          c.table_stride = stride;
+          c.table_rows = stride == 6 * kDefaultHidden ? 9 : 3;
+          c.index = index;
+          c.misaligned = misaligned;
+          c.seq = misaligned ? 7 : 4097;
+          c.batch = misaligned ? 2 : 1;
+          c.seed = seed++;
+          cases.push_back(c);
+        }
+      }
+    }
+  }
+  GateResidualCase bad;
+  bad.bad_position = 3;
+  bad.seed = seed++;
+  cases.push_back(bad);
+  GateResidualCase after = bad;  // the context must still work after a reported bad index
+  after.bad_position = -1;
+  after.seed = seed++;
+  cases.push_back(after);
+
+  std::vector<SelftestLine> lines;
+  for (const GateResidualCase& c : cases) {
+    auto outcome = run_gate_residual_case(runtime, device_id, c);
+    if (!outcome) return outcome.takeError();
+    SelftestLine line{c.name(), outcome->passed, outcome->detail};
+    if (progress) progress(line);
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+}  // namespace exactjit

@@ -1,0 +1,55 @@
+// exactjit self-test: every catalog op run on a GPU against its host model, bit for bit, plus the
+// bad-index path. Used by `exactjit selftest` and by the GPU tests.
+#pragma once
+
+#include "codegen/kernel_spec.hpp"
+#include "exactjit/exactjit.hpp"
+
+#include <llvm/Support/Error.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace exactjit {
+
+struct GateResidualCase {
+  DType dtype = DType::BF16;
+  IndexType index = IndexType::I64;
+  int64_t hidden = 5376;
+  int64_t table_stride = 6 * 5376;  ///< row stride of the gate view (elements)
+  int64_t table_rows = 9;
+  int64_t seq = 7;
+  int64_t batch = 2;
+  bool misaligned = false;     ///< offset the activations by one element: forces the scalar path
+  int64_t bad_position = -1;   ///< >= 0: index[bad_position] is set out of range
+  uint64_t seed = 1;
+  std::string name() const;
+};
+
+struct CaseOutcome {
+  Status launch;           ///< what the op call returned
+  Status sync;             ///< what Runtime::synchronize returned afterwards
+  int64_t mismatches = 0;  ///< elements whose bits differ from the host model (rows it wrote)
+  int64_t first_mismatch = -1;
+  bool passed = false;     ///< bitwise equal and, for a bad index, the error was reported
+  std::string detail;
+};
+
+/// Runs one case on `device_id` through `runtime`; errors here are harness failures (no driver,
+/// out of memory), not op failures, which land in the outcome.
+llvm::Expected<CaseOutcome> run_gate_residual_case(Runtime& runtime, int device_id, const GateResidualCase& c);
+
+struct SelftestLine {
+  std::string name;
+  bool passed = false;
+  std::string detail;
+};
+
+/// The whole self-test: every default-catalog family, both index types, 16-byte and scalar
+/// paths, several S and B, then a bad index followed by a good call. `progress` sees each line.
+llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int device_id,
+                                                       const std::function<void(const SelftestLine&)>& progress);
+
+}  // namespace exactjit

@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""gate_residual forward: exactjit against PyTorch eager and torch.compile, on the GPU machine.
+
+Four implementations of `residual + gate.index_select(0, index) * y`, timed side by side in one
+process (PERFORMANCE.md, "Method"):
+  exactjit          exactjit.gate_residual (allocates its output, as the others do)
+  eager             the expression above
+  torch.compile     the same expression, compiled with default settings
+  compile+emulate   compiled again, in a fresh dynamo state, with
+                    torch._inductor.config.emulate_precision_casts = True
+Every output is compared with eager's bit for bit on the first input set.
+
+Timing: CUDA events around a batch of launches, after warm-up; median over --reps batches. Each
+batch rotates through enough input sets (residual, y, table, index) that they total more than
+256 MB (L2 is 60 MB), so nothing is timed from L2, and no input is zeros. Each batch is preceded
+by torch.cuda._sleep long enough for the host to queue the whole batch, so the events time the
+GPU, not Python's launch rate; that launch rate is reported separately as host us/call.
+
+Bytes moved, the minimum any implementation must move:
+  bytes = 3 * B*S*H * elem  (read residual, read y, write out)  +  R * H * elem  (gate rows once)
+with R = 3T rows of the (3T, 6H) table view. GB/s = bytes / median time; "% copy" compares that
+with a device-to-device copy measured in the same run (bytes read + written).
+
+  python3 bench/bench_gate_residual.py [--dtypes bf16,fp16,fp32] [--report r.md] [--json r.json]
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "python"))
+
+import torch  # noqa: E402
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
+T, CHUNK = 3, 2  # AdaLN table (T, 18H) viewed as (3T, 6H); chunk 2 = gate_msa
+WORKING_SET = 256e6  # bytes of inputs rotated through, > 4x L2
+BATCH_TARGET_MS = 1.0  # GPU time per timed batch, so event resolution never matters
+
+
+def log(*args):
+    print(*args, flush=True)
+
+
+# Three separate function objects with the same body: dynamo caches compiled code per code
+# object, so the default and the emulate_precision_casts compilations never share an entry.
+def gate_residual_eager(residual, gate, index, y):
+    return residual + gate.index_select(0, index) * y
+
+
+def gate_residual_for_compile(residual, gate, index, y):
+    return residual + gate.index_select(0, index) * y
+
+
+def gate_residual_for_compile_emulate(residual, gate, index, y):
+    return residual + gate.index_select(0, index) * y
+
+
+class Timer:
+    """Times a callable over rotating argument sets with CUDA events (see the module doc)."""
+
+    def __init__(self, reps):
+        self.reps = reps
+        self.sleep = getattr(torch.cuda, "_sleep", None)
+        self.cycles_per_ms = self._calibrate() if self.sleep else 0.0
+
+    def _calibrate(self):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self.sleep(1_000_000)
+        start.record()
+        self.sleep(10_000_000)
+        end.record()
+        end.synchronize()
+        return 10_000_000 / max(start.elapsed_time(end), 1e-3)
+
+    def _hold(self, ms):
+        """Keeps the GPU busy for about `ms` so the host can queue ahead of it."""
+        if self.sleep:
+            self.sleep(int(ms * self.cycles_per_ms))
+
+    def host_us_per_call(self, fn, sets, calls=20):
+        self._hold(50.0)
+        t0 = time.perf_counter()
+        for k in range(calls):
+            fn(*sets[k % len(sets)])
+        host = (time.perf_counter() - t0) / calls * 1e6
+        torch.cuda.synchronize()
+        return host
+
+    def batch_ms(self, fn, sets, inner, host_us):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self._hold(inner * host_us * 1.5e-3 + 0.05)
+        start.record()
+        for k in range(inner):
+            fn(*sets[k % len(sets)])
+        end.record()
+        return start, end
+
+    def median_ms(self, fn, sets):
+        """(median GPU ms per call, host us per call, calls per batch)."""
+        for st in sets:  # warm-up: compiles, autotunes, fills caches
+            fn(*st)
+        torch.cuda.synchronize()
+        host_us = self.host_us_per_call(fn, sets)
+        start, end = self.batch_ms(fn, sets, len(sets), host_us)
+        end.synchronize()
+        estimate = start.elapsed_time(end) / len(sets)
+        inner = max(1, math.ceil(BATCH_TARGET_MS / max(estimate, 1e-4) / len(sets))) * len(sets)
+        inner = min(inner, 64 * len(sets))
+        events = [self.batch_ms(fn, sets, inner, host_us) for _ in range(self.reps)]
+        torch.cuda.synchronize()
+        per_call = [s.elapsed_time(e) / inner for s, e in events]
+        return statistics.median(per_call), host_us, inner
+
+
+def copy_bandwidth(timer):
+    """Device-to-device copy, GB/s of bytes read + written (1 GiB each way)."""
+    src = torch.randn(1 << 29, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    ms, _, _ = timer.median_ms(lambda s, d: d.copy_(s), [(src, dst)])
+    nbytes = 2 * src.numel() * src.element_size()
+    del src, dst
+    torch.cuda.empty_cache()
+    return nbytes / (ms * 1e-3) / 1e9, ms
+
+
+def input_sets(s, h, dtype, seed):
+    """Enough (residual, gate view, index, y) sets to exceed WORKING_SET; gate rows scaled in
+    part so the data is not uniform, and a fresh table per set."""
+    elem = torch.finfo(dtype).bits // 8
+    per_set = 2 * s * h * elem + T * 18 * h * elem
+    n = max(2, math.ceil(WORKING_SET / per_set))
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    sets = []
+    for _ in range(n):
+        residual = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype)
+        y = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype)
+        table = torch.randn((T, 18 * h), generator=gen, device="cuda", dtype=dtype)
+        table[0].mul_(30.0)
+        table[1].mul_(1e-3)
+        gate = table.view(3 * T, 6 * h)[:, CHUNK * h:(CHUNK + 1) * h]
+        index = torch.randint(0, 3 * T, (s,), generator=gen, device="cuda", dtype=torch.int64)
+        sets.append((residual, gate, index, y))
+    return sets
+
+
+def bitwise_equal(a, b):
+    return torch.equal(a.view(BITS[a.dtype]), b.view(BITS[b.dtype]))
+
+
+def git_commit():
+    try:
+        out = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"
+
+
+def make_ops(xj):
+    """(name, make) pairs; make() returns the callable after any one-off set-up (compilation
+    happens in its warm-up). A failed make is reported, not fatal."""
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+
+    def compiled(fn, emulate):
+        def make():
+            torch._dynamo.reset()
+            if emulate and not hasattr(inductor_config, "emulate_precision_casts"):
+                raise RuntimeError("this torch has no inductor emulate_precision_casts")
+            if hasattr(inductor_config, "emulate_precision_casts"):
+                inductor_config.emulate_precision_casts = emulate
+            return torch.compile(fn, dynamic=False)
+        return make
+
+    ops = [("eager", lambda: gate_residual_eager)]
+    if xj is not None:
+        ops.append(("exactjit", lambda: xj.gate_residual))
+    ops += [("torch.compile", compiled(gate_residual_for_compile, False)),
+            ("compile+emulate", compiled(gate_residual_for_compile_emulate, True))]
+    return ops
+
+
+def bench_case(timer, xj, ops, dtype_name, s, h, seed, copy_gbs):
+    dtype = DTYPES[dtype_name]
+    sets = input_sets(s, h, dtype, seed)
+    elem = torch.finfo(dtype).bits // 8
+    nbytes = 3 * s * h * elem + 3 * T * h * elem
+    floor_ms = nbytes / (copy_gbs * 1e9) * 1e3
+    log(f"{dtype_name} S={s}: {len(sets)} input sets, {nbytes / 1e6:.1f} MB per call, "
+        f"floor {floor_ms:.3f} ms")
+    reference = gate_residual_eager(*sets[0])
+    rows = []
+    for name, make in ops:
+        row = dict(dtype=dtype_name, S=s, B=1, H=h, op=name, bytes=nbytes,
+                   floor_ms=round(floor_ms, 4))
+        try:
+            t0 = time.perf_counter()
+            fn = make()
+            got = fn(*sets[0])
+            if name == "exactjit":
+                xj.synchronize()
+            row["bitwise"] = bitwise_equal(got, reference)
+            del got
+            ms, host_us, inner = timer.median_ms(fn, sets)
+            if name == "exactjit":
+                xj.synchronize()
+            row.update(ms=ms, gbs=nbytes / (ms * 1e-3) / 1e9, host_us=host_us, batch=inner,
+                       setup_s=round(time.perf_counter() - t0, 1))
+            row["pct_copy"] = 100.0 * row["gbs"] / copy_gbs
+        except Exception as e:
+            traceback.print_exc()
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        finally:
+            if name == "compile+emulate":
+                import torch._inductor.config as inductor_config
+                if hasattr(inductor_config, "emulate_precision_casts"):
+                    inductor_config.emulate_precision_casts = False
+        rows.append(row)
+        log("  " + (f"{name:<16} {row['ms']:.4f} ms  {row['gbs']:7.0f} GB/s  "
+                    f"{row['pct_copy']:5.1f}% copy  bitwise={row['bitwise']}  "
+                    f"host {row['host_us']:.1f} us/call" if "ms" in row
+                    else f"{name:<16} ERROR {row['error']}"))
+    by_op = {r["op"]: r for r in rows if "ms" in r}
+    for r in rows:
+        if "ms" in r:
+            for ref, key in (("eager", "vs_eager"), ("torch.compile", "vs_compile")):
+                if ref in by_op:
+                    r[key] = by_op[ref]["ms"] / r["ms"]
+    del sets, reference
+    torch.cuda.empty_cache()
+    return rows
+
+
+def markdown(meta, rows):
+    lines = [
+        "# gate_residual forward: exactjit vs PyTorch eager vs torch.compile", "",
+        *(f"- {k}: {v}" for k, v in meta.items()),
+        "- bytes = 3*B*S*H*elem (read residual, read y, write out) + R*H*elem (gate rows once, "
+        "R = 3T); floor = bytes / copy bandwidth",
+        "- speedup = reference ms / this op's ms (> 1: this op is faster); bitwise = output equal "
+        "to eager bit for bit", "",
+        "| dtype | S | op | median ms | GB/s | % copy BW | floor ms | speedup vs eager | "
+        "speedup vs compile | bitwise = eager | host us/call |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "ms" not in r:
+            lines.append(f"| {r['dtype']} | {r['S']} | {r['op']} | error: "
+                         f"{r['error'].replace('|', '/')} | | | | | | | |")
+            continue
+        lines.append(
+            f"| {r['dtype']} | {r['S']} | {r['op']} | {r['ms']:.4f} | {r['gbs']:.0f} | "
+            f"{r['pct_copy']:.1f} | {r['floor_ms']:.4f} | {r.get('vs_eager', float('nan')):.2f}x | "
+            f"{r.get('vs_compile', float('nan')):.2f}x | {'yes' if r['bitwise'] else 'NO'} | "
+            f"{r['host_us']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dtypes", default="bf16", help="comma-separated: bf16,fp16,fp32")
+    p.add_argument("--sizes", default="4097,32768,131072", help="comma-separated S values")
+    p.add_argument("--hidden", type=int, default=5376)
+    p.add_argument("--reps", type=int, default=50, help="timed batches per op (median)")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--report", help="markdown report path")
+    p.add_argument("--json", help="JSON report path")
+    args = p.parse_args()
+    args.reps = max(args.reps, 50)
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    sizes = [int(v) for v in args.sizes.split(",") if v]
+
+    t_start = time.perf_counter()
+    meta = dict(commit=git_commit(), torch=torch.__version__,
+                device=torch.cuda.get_device_name(), hidden=args.hidden, B=1,
+                table=f"(3T, 6H) view of (T, 18H), T={T}, chunk {CHUNK}, index int64",
+                reps=args.reps)
+    xj = None
+    try:
+        import exactjit as xj
+        meta.update(exactjit=xj.version(), library=xj.library_path())
+    except Exception as e:  # still time the references, and say why exactjit is missing
+        meta["exactjit"] = f"unavailable: {type(e).__name__}: {e}"
+        log(meta["exactjit"])
+
+    rows = []
+    with torch.no_grad():
+        timer = Timer(args.reps)
+        copy_gbs, copy_ms = copy_bandwidth(timer)
+        meta["copy bandwidth"] = f"{copy_gbs:.0f} GB/s (1 GiB copy_, read + write, {copy_ms:.3f} ms)"
+        log(f"device-to-device copy: {copy_gbs:.0f} GB/s")
+        ops = make_ops(xj)
+        for dtype_name in dtypes:
+            for s in sizes:
+                rows += bench_case(timer, xj, ops, dtype_name, s, args.hidden, args.seed, copy_gbs)
+    meta["seconds"] = round(time.perf_counter() - t_start, 1)
+
+    report = markdown(meta, rows)
+    if args.report:
+        with open(args.report, "w") as f:
+            f.write(report)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(meta, copy_gbs=copy_gbs, rows=rows), f, indent=1)
+    log("")
+    log(report)
+    return 1 if any("error" in r for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+// exactjit command line flags (see options.hpp).
+#include "cli/options.hpp"
+
+namespace exactjit::cli {
+namespace cl = llvm::cl;
+
+cl::OptionCategory category("exactjit options");
+cl::SubCommand prewarm_command("prewarm",
+                               "Compile kernels into the cache (no flags: the whole default catalog)");
+cl::SubCommand inspect_command("inspect", "Show one kernel: its source, options, key, PTX, SASS or manifest");
+cl::SubCommand cache_command("cache", "Manage the cache: ls | stat | verify | prune | clear");
+cl::SubCommand info_command("info", "Show NVRTC, driver, GPU and cache directories");
+cl::SubCommand selftest_command("selftest", "Run every catalog op on the GPU against the host model, bitwise");
+
+#define XJ_SPEC_SUBS cl::sub(prewarm_command), cl::sub(inspect_command)
+cl::opt<std::string> op_flag("op", cl::desc("Op: gate_residual"), cl::value_desc("name"), XJ_SPEC_SUBS,
+                             cl::cat(category));
+cl::opt<long long> hidden_flag("hidden", cl::desc("Hidden size H (default 5376)"), cl::value_desc("H"),
+                               cl::init(0), XJ_SPEC_SUBS, cl::cat(category));
+cl::opt<std::string> dtype_flag("dtype", cl::desc("bf16 | fp16 | fp32 (prewarm default: all three)"),
+                                cl::value_desc("dtype"), XJ_SPEC_SUBS, cl::cat(category));
+cl::opt<long long> table_stride_flag("table-stride",
+                                     cl::desc("Row stride of the table view in elements (default 6H)"),
+                                     cl::value_desc("N"), cl::init(0), XJ_SPEC_SUBS, cl::cat(category));
+cl::opt<std::string> arch_flag("arch", cl::desc("Target: sm_90, compute_90, 90 (default: the GPU's, else sm_90)"),
+                               cl::value_desc("arch"), XJ_SPEC_SUBS, cl::cat(category));
+cl::opt<std::string> index_type_flag("index-type", cl::desc("inspect: int64 | int32 (default int64)"),
+                                     cl::value_desc("type"), cl::init("int64"), cl::sub(inspect_command),
+                                     cl::cat(category));
+cl::opt<int> vec_flag("vec", cl::desc("inspect: elements per access, 1 or the 16-byte width (default: widest)"),
+                      cl::value_desc("N"), cl::init(0), cl::sub(inspect_command), cl::cat(category));
+#undef XJ_SPEC_SUBS
+
+cl::opt<std::string> manifest_flag("manifest",
+                                   cl::desc("JSON file listing specs: [{\"op\":..,\"hidden\":..,\"dtype\":..,"
+                                            "\"table_stride\":..,\"arch\":..}, ...]"),
+                                   cl::value_desc("file"), cl::sub(prewarm_command), cl::cat(category));
+cl::opt<unsigned> jobs_flag("j", cl::desc("Parallel compiles (default: number of cores)"), cl::value_desc("N"),
+                            cl::init(0), cl::sub(prewarm_command), cl::cat(category));
+cl::opt<bool> quiet_flag("quiet", cl::desc("Only print the summary"), cl::sub(prewarm_command), cl::cat(category));
+
+cl::opt<std::string> emit_flag("emit", cl::desc("source | options | key | ptx | sass | manifest"),
+                               cl::value_desc("what"), cl::init("source"), cl::sub(inspect_command),
+                               cl::cat(category));
+
+cl::opt<std::string> cache_action(cl::Positional, cl::desc("<ls|stat|verify|prune|clear>"), cl::Required,
+                                  cl::sub(cache_command), cl::cat(category));
+cl::opt<std::string> policy_flag("policy",
+                                 cl::desc("prune: LLVM cache policy, e.g. prune_after=168h:cache_size_bytes=1g"),
+                                 cl::value_desc("policy"), cl::init("prune_after=720h:cache_size_bytes=2g"),
+                                 cl::sub(cache_command), cl::cat(category));
+
+cl::opt<int> device_flag("device", cl::desc("CUDA device ordinal (default 0)"), cl::init(0),
+                         cl::sub(selftest_command), cl::cat(category));
+
+cl::opt<std::string> cache_dir_flag("cache-dir", cl::desc("Writable cache directory (default: EXACTJIT_CACHE_DIR)"),
+                                    cl::value_desc("dir"), cl::sub(prewarm_command), cl::sub(inspect_command),
+                                    cl::sub(cache_command), cl::sub(info_command), cl::sub(selftest_command),
+                                    cl::cat(category));
+
+}  // namespace exactjit::cli

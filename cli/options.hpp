@@ -1,0 +1,45 @@
+// exactjit command line: the subcommands and their flags (defined together in options.cpp so
+// that every flag is registered after the subcommands it belongs to).
+#pragma once
+
+#include <llvm/Support/CommandLine.h>
+
+#include <string>
+
+namespace exactjit::cli {
+
+extern llvm::cl::OptionCategory category;
+extern llvm::cl::SubCommand prewarm_command;
+extern llvm::cl::SubCommand inspect_command;
+extern llvm::cl::SubCommand cache_command;
+extern llvm::cl::SubCommand info_command;
+extern llvm::cl::SubCommand selftest_command;
+
+// Spec flags (prewarm, inspect).
+extern llvm::cl::opt<std::string> op_flag;
+extern llvm::cl::opt<long long> hidden_flag;
+extern llvm::cl::opt<std::string> dtype_flag;
+extern llvm::cl::opt<long long> table_stride_flag;
+extern llvm::cl::opt<std::string> arch_flag;
+extern llvm::cl::opt<std::string> index_type_flag;  // inspect: one spec
+extern llvm::cl::opt<int> vec_flag;                 // inspect: one spec
+
+// prewarm
+extern llvm::cl::opt<std::string> manifest_flag;
+extern llvm::cl::opt<unsigned> jobs_flag;
+extern llvm::cl::opt<bool> quiet_flag;
+
+// inspect
+extern llvm::cl::opt<std::string> emit_flag;
+
+// cache
+extern llvm::cl::opt<std::string> cache_action;
+extern llvm::cl::opt<std::string> policy_flag;
+
+// selftest
+extern llvm::cl::opt<int> device_flag;
+
+// all subcommands
+extern llvm::cl::opt<std::string> cache_dir_flag;
+
+}  // namespace exactjit::cli

@@ -1,0 +1,153 @@
+// exactjit command line: spec flags, --manifest and the default target.
+#include "cli/commands.hpp"
+#include "cli/options.hpp"
+
+#include "kernels/catalog.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/errors.hpp"
+
+#include <fmt/format.h>
+#include <llvm/Support/JSON.h>
+#include <llvm/Support/MemoryBuffer.h>
+
+namespace exactjit::cli {
+namespace {
+
+llvm::Error usage(const std::string& message) { return make_error(ErrorCode::InvalidArgument, message); }
+
+struct FamilyRequest {
+  std::string op = "gate_residual";
+  int64_t hidden = 0;
+  std::string dtype;  // empty: all
+  int64_t table_stride = 0;
+  std::string arch;
+};
+
+llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, const Target& fallback) {
+  const std::optional<Op> op = parse_op(request.op);
+  if (!op) return usage(fmt::format("unknown op '{}' (known: gate_residual)", request.op));
+  Target target = fallback;
+  if (!request.arch.empty()) {
+    const std::optional<Target> parsed = parse_target(request.arch);
+    if (!parsed) return usage(fmt::format("bad arch '{}' (expected sm_90, compute_90 or 90)", request.arch));
+    target = *parsed;
+  }
+  const int64_t hidden = request.hidden ? request.hidden : kDefaultHidden;
+  const int64_t stride = request.table_stride ? request.table_stride : 6 * hidden;
+  std::vector<DType> dtypes;
+  if (request.dtype.empty()) {
+    dtypes = {DType::BF16, DType::F16, DType::F32};
+  } else {
+    const std::optional<DType> dtype = parse_dtype(request.dtype);
+    if (!dtype) return usage(fmt::format("unknown dtype '{}' (bf16, fp16, fp32)", request.dtype));
+    dtypes = {*dtype};
+  }
+  std::vector<KernelSpec> specs;
+  for (DType dtype : dtypes) {
+    for (const KernelSpec& spec : spec_family(*op, dtype, hidden, stride, target)) {
+      if (auto err = validate_spec(spec)) return err;
+      specs.push_back(spec);
+    }
+  }
+  return specs;
+}
+
+llvm::Expected<std::vector<FamilyRequest>> read_manifest(const std::string& file) {
+  auto buffer = llvm::MemoryBuffer::getFile(file);
+  if (!buffer) return usage(fmt::format("cannot read manifest {}: {}", file, buffer.getError().message()));
+  auto parsed = llvm::json::parse((*buffer)->getBuffer());
+  if (!parsed) return usage(fmt::format("manifest {} is not JSON: {}", file, llvm::toString(parsed.takeError())));
+  const llvm::json::Array* list = parsed->getAsArray();
+  if (!list) return usage(fmt::format("manifest {} must be a JSON array of spec objects", file));
+  std::vector<FamilyRequest> requests;
+  for (size_t k = 0; k < list->size(); ++k) {
+    const llvm::json::Object* object = (*list)[k].getAsObject();
+    if (!object) return usage(fmt::format("manifest {}: element {} is not an object", file, k));
+    FamilyRequest request;
+    for (const auto& [key, value] : *object) {
+      const std::string name = key.str();
+      if (name == "op" && value.getAsString()) request.op = value.getAsString()->str();
+      else if (name == "dtype" && value.getAsString()) request.dtype = value.getAsString()->str();
+      else if (name == "arch" && value.getAsString()) request.arch = value.getAsString()->str();
+      else if (name == "hidden" && value.getAsInteger()) request.hidden = *value.getAsInteger();
+      else if (name == "table_stride" && value.getAsInteger()) request.table_stride = *value.getAsInteger();
+      else return usage(fmt::format("manifest {}: element {} has an unknown or mistyped field '{}'", file, k, name));
+    }
+    requests.push_back(request);
+  }
+  return requests;
+}
+
+}  // namespace
+
+CacheConfig cache_config() {
+  CacheConfig config = cache_config_from_environment();
+  if (!cache_dir_flag.empty()) config.writable_dir = cache_dir_flag;
+  return config;
+}
+
+llvm::Expected<Target> target_from_flags() {
+  if (!arch_flag.empty()) {
+    const std::optional<Target> target = parse_target(arch_flag);
+    if (!target) return usage(fmt::format("bad --arch '{}' (expected sm_90, compute_90 or 90)", arch_flag));
+    return *target;
+  }
+  if (Driver::available()) {
+    const Driver* driver = *Driver::get();
+    CUdevice device = 0;
+    int major = 0, minor = 0;
+    if (driver->cuDeviceGet(&device, 0) == CUDA_SUCCESS &&
+        driver->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device) == CUDA_SUCCESS &&
+        driver->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device) == CUDA_SUCCESS)
+      return Target{major * 10 + minor, false};
+  }
+  return Target{90, false};
+}
+
+llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
+  auto target = target_from_flags();
+  if (!target) return target.takeError();
+  if (hidden_flag < 0 || table_stride_flag < 0) return usage("--hidden and --table-stride must be positive");
+
+  if (!manifest_flag.empty()) {
+    if (single) return usage("--manifest is for prewarm");
+    auto requests = read_manifest(manifest_flag);
+    if (!requests) return requests.takeError();
+    std::vector<KernelSpec> specs;
+    for (const FamilyRequest& request : *requests) {
+      auto family = expand(request, *target);
+      if (!family) return family.takeError();
+      specs.insert(specs.end(), family->begin(), family->end());
+    }
+    return specs;
+  }
+  const bool any_spec_flag = !op_flag.empty() || hidden_flag || !dtype_flag.empty() || table_stride_flag;
+  if (!single && !any_spec_flag) return default_catalog(*target);
+
+  FamilyRequest request;
+  if (!op_flag.empty()) request.op = op_flag;
+  request.hidden = hidden_flag;
+  request.dtype = dtype_flag;
+  request.table_stride = table_stride_flag;
+  if (single && request.dtype.empty()) request.dtype = "bf16";
+  auto family = expand(request, *target);
+  if (!family) return family.takeError();
+  if (!single) return family;
+
+  const std::optional<IndexType> index = parse_index_type(index_type_flag);
+  if (!index) return usage(fmt::format("bad --index-type '{}' (int64 or int32)", index_type_flag.getValue()));
+  for (const KernelSpec& spec : *family) {
+    if (spec.index != *index) continue;
+    if (vec_flag == 0 || spec.vec == vec_flag) return std::vector<KernelSpec>{spec};  // widest comes first
+  }
+  return usage(fmt::format("no {} spec with --vec {} (1, or 16 bytes' worth when H and the stride allow it)",
+                           request.op, vec_flag.getValue()));
+}
+
+int report_error(llvm::Error error) {
+  ErrorReport report = take_error(std::move(error));
+  fmt::print(stderr, "exactjit: error: {}\n", report.message);
+  return report.code == ErrorCode::InvalidArgument ? kExitUsage : kExitFailed;
+}
+
+}  // namespace exactjit::cli

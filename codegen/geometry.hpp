@@ -1,0 +1,20 @@
+// exactjit launch geometry of row-wise kernels. It is a pure function of the spec and is baked into
+// the generated source as constants, so the host launcher and the kernel always agree.
+#pragma once
+
+#include "codegen/kernel_spec.hpp"
+
+namespace exactjit::codegen {
+
+struct RowGeometry {
+  int threads_per_row = 0;  ///< threads that share one row
+  int rows_per_block = 0;   ///< rows handled by one block
+  int unroll = 0;           ///< packs whose loads a thread issues before computing any of them
+  int threads() const { return threads_per_row * rows_per_block; }
+};
+
+/// One row of hidden/vec packs: wide rows get 128..256 threads chosen to leave the fewest idle
+/// lanes; narrow rows share a 128-thread block.
+RowGeometry row_geometry(const KernelSpec& spec);
+
+}  // namespace exactjit::codegen

@@ -1,0 +1,96 @@
+// exactjit kernel specification: names, parsing and hashing of KernelSpec.
+#include "codegen/kernel_spec.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+
+namespace exactjit {
+
+std::string Target::name() const { return fmt::format("{}_{}", ptx ? "compute" : "sm", sm); }
+
+std::string_view op_name(Op op) {
+  switch (op) {
+    case Op::GateResidual: return "gate_residual";
+  }
+  return "unknown";
+}
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return "fp32";
+    case DType::BF16: return "bf16";
+    case DType::F16: return "fp16";
+  }
+  return "unknown";
+}
+
+std::string_view index_type_name(IndexType index) {
+  return index == IndexType::I32 ? "int32" : "int64";
+}
+
+size_t dtype_size(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
+
+std::optional<Op> parse_op(std::string_view text) {
+  if (text == "gate_residual") return Op::GateResidual;
+  return std::nullopt;
+}
+
+std::optional<DType> parse_dtype(std::string_view text) {
+  if (text == "fp32" || text == "float32") return DType::F32;
+  if (text == "bf16" || text == "bfloat16") return DType::BF16;
+  if (text == "fp16" || text == "float16") return DType::F16;
+  return std::nullopt;
+}
+
+std::optional<IndexType> parse_index_type(std::string_view text) {
+  if (text == "int32" || text == "i32") return IndexType::I32;
+  if (text == "int64" || text == "i64") return IndexType::I64;
+  return std::nullopt;
+}
+
+std::optional<Target> parse_target(std::string_view text) {
+  Target target;
+  if (text.rfind("sm_", 0) == 0) {
+    text.remove_prefix(3);
+  } else if (text.rfind("compute_", 0) == 0) {
+    text.remove_prefix(8);
+    target.ptx = true;
+  }
+  int sm = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), sm);
+  if (ec != std::errc() || end != text.data() + text.size() || sm < 10 || sm > 1000) return std::nullopt;
+  target.sm = sm;
+  return target;
+}
+
+std::string KernelSpec::describe() const {
+  return fmt::format("{} dtype={} hidden={} table_stride={} vec={} index={} target={}", op_name(op),
+                     dtype_name(dtype), hidden, table_stride, vec, index_type_name(index),
+                     target.name());
+}
+
+std::string KernelSpec::stem() const {
+  return fmt::format("{}_{}_h{}_ts{}_v{}_{}_{}{}", op_name(op), dtype_name(dtype), hidden,
+                     table_stride, vec, index == IndexType::I32 ? "i32" : "i64",
+                     target.ptx ? "compute" : "sm", target.sm);
+}
+
+size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
+  // FNV-1a over the fields: the hot path hashes a spec on every call, so no strings here.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) {
+    for (int byte = 0; byte < 8; ++byte) {
+      h ^= (v >> (8 * byte)) & 0xFF;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(static_cast<uint64_t>(s.op) | static_cast<uint64_t>(s.dtype) << 8 |
+      static_cast<uint64_t>(s.index) << 16 | static_cast<uint64_t>(s.target.ptx) << 24);
+  mix(static_cast<uint64_t>(s.hidden));
+  mix(static_cast<uint64_t>(s.table_stride));
+  mix(static_cast<uint64_t>(s.vec) << 32 | static_cast<uint32_t>(s.target.sm));
+  return static_cast<size_t>(h);
+}
+
+}  // namespace exactjit

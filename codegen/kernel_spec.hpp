@@ -1,0 +1,64 @@
+// exactjit kernel specification: the plain value that names one specialised kernel.
+//
+// A KernelSpec holds every compile-time constant of a kernel (op, dtype, hidden size, table row
+// stride, vector width, index type, target). Two calls with equal specs run the same cubin; run-time
+// values (row counts, pointers) never appear here. Specs are cheap to copy, hash and compare,
+// because the launch hot path looks them up on every call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace exactjit {
+
+enum class Op : uint8_t { GateResidual };
+enum class DType : uint8_t { F32 = 0, BF16 = 1, F16 = 2 };  // values match templates' StorageOf
+enum class IndexType : uint8_t { I32, I64 };
+
+/// A compilation target: a real architecture (cubin) or a virtual one (PTX, for devices newer
+/// than the loaded NVRTC knows; the driver finishes the compile).
+struct Target {
+  int sm = 90;       ///< e.g. 90 for sm_90
+  bool ptx = false;  ///< compile to PTX for compute_<sm> instead of a cubin
+  bool operator==(const Target& o) const { return sm == o.sm && ptx == o.ptx; }
+  std::string name() const;  ///< "sm_90" or "compute_90"
+};
+
+struct KernelSpec {
+  Op op = Op::GateResidual;
+  DType dtype = DType::BF16;
+  IndexType index = IndexType::I64;
+  int64_t hidden = 0;        ///< H
+  int64_t table_stride = 0;  ///< row stride of the table view, in elements
+  int vec = 1;               ///< elements per memory access (16 bytes / element size, or 1)
+  Target target;
+
+  bool operator==(const KernelSpec& o) const {
+    return op == o.op && dtype == o.dtype && index == o.index && hidden == o.hidden &&
+           table_stride == o.table_stride && vec == o.vec && target == o.target;
+  }
+  /// Canonical, human-readable description, e.g.
+  /// "gate_residual dtype=bf16 hidden=5376 table_stride=32256 vec=8 index=int64 target=sm_90".
+  std::string describe() const;
+  /// Readable identifier stem, e.g. "gate_residual_bf16_h5376_ts32256_v8_i64_sm90".
+  std::string stem() const;
+};
+
+struct KernelSpecHash {
+  size_t operator()(const KernelSpec& s) const noexcept;
+};
+
+std::string_view op_name(Op op);
+std::string_view dtype_name(DType dtype);
+std::string_view index_type_name(IndexType index);
+size_t dtype_size(DType dtype);
+std::optional<Op> parse_op(std::string_view text);
+std::optional<DType> parse_dtype(std::string_view text);
+std::optional<IndexType> parse_index_type(std::string_view text);
+/// Parses "sm_90", "90", "compute_90".
+std::optional<Target> parse_target(std::string_view text);
+
+}  // namespace exactjit

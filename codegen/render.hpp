@@ -1,0 +1,29 @@
+// exactjit codegen entry point: KernelSpec -> KernelSource (text, entry name, options).
+//
+// Rendering is a pure function of the spec and the generator version: the same spec always gives
+// the same bytes, which the cache key relies on.
+#pragma once
+
+#include "codegen/kernel_source.hpp"
+
+#include <string_view>
+
+namespace exactjit::codegen {
+
+/// Bumped whenever the generated text of any kernel changes meaning; part of every cache key.
+inline constexpr std::string_view kGeneratorVersion = "exactjit-codegen-1";
+
+KernelSource render(const KernelSpec& spec);
+
+/// The readable, unique entry-point name: <stem>_<8 hex of SHA-256(generator, spec)>.
+std::string entry_name(const KernelSpec& spec);
+
+/// Per-op renderers (one file each).
+std::string render_gate_residual_constants(const KernelSpec& spec);
+
+/// The common frame of every generated file: banner, entry macro, the op's constants, then the
+/// named templates in order.
+std::string assemble(const KernelSpec& spec, const std::string& entry, const std::string& constants,
+                     std::initializer_list<std::string_view> template_names);
+
+}  // namespace exactjit::codegen

@@ -1,0 +1,62 @@
+/* exactjit C ABI: the same operations as the C++ API for any language with a C FFI.
+ *
+ * Tensors are DLPack DLTensors. Every function returns an exactjit_status_t; on failure
+ * xj_last_error() returns a message for the calling thread that names the argument, the rule it
+ * broke, or the path and spec involved. libexactjit.so loads NVRTC and libcuda at run time, so it
+ * loads on machines without a GPU. */
+#ifndef EXACTJIT_EXACTJIT_H
+#define EXACTJIT_EXACTJIT_H
+
+#include <dlpack/dlpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define XJ_API __attribute__((visibility("default")))
+
+typedef enum {
+  XJ_OK = 0,
+  XJ_ERROR_INVALID_ARGUMENT = 1, /* a tensor, shape, dtype or option breaks a rule */
+  XJ_ERROR_COMPILE = 2,          /* NVRTC rejected the generated source */
+  XJ_ERROR_OFFLINE_MISS = 3,     /* EXACTJIT_OFFLINE and the kernel is in no cache */
+  XJ_ERROR_CUDA = 4,             /* a CUDA driver call failed */
+  XJ_ERROR_BAD_INDEX = 5,        /* a kernel found an index out of range */
+  XJ_ERROR_UNAVAILABLE = 6,      /* NVRTC or the CUDA driver could not be loaded */
+  XJ_ERROR_IO = 7,               /* the cache could not be read or written */
+  XJ_ERROR_INTERNAL = 8
+} exactjit_status_t;
+
+typedef struct xj_runtime xj_runtime;
+
+/* Options for xj_runtime_create; fields left NULL / negative come from the environment. */
+typedef struct {
+  unsigned struct_size;             /* sizeof(xj_runtime_options), for future growth */
+  const char* cache_dir;            /* writable cache directory */
+  const char* read_only_cache_path; /* colon-separated read-only layers */
+  int offline;                      /* 1 never compile, 0 may compile, -1 from EXACTJIT_OFFLINE */
+  const char* arch;                 /* "sm_90", "compute_90"; NULL: the device's */
+  int check_after_launch;           /* 1 synchronize and check after each op, -1 from env */
+} xj_runtime_options;
+
+XJ_API const char* xj_version(void);
+/* The message of the last failed call on this thread ("" if none). */
+XJ_API const char* xj_last_error(void);
+
+/* options may be NULL: everything from the environment. */
+XJ_API exactjit_status_t xj_runtime_create(const xj_runtime_options* options, xj_runtime** runtime);
+XJ_API void xj_runtime_destroy(xj_runtime* runtime);
+
+/* out = residual + gate[index[r mod S]] * y, bitwise equal to PyTorch eager (see exactjit.hpp). */
+XJ_API exactjit_status_t xj_gate_residual(xj_runtime* runtime, const DLTensor* residual,
+                                          const DLTensor* gate, const DLTensor* index,
+                                          const DLTensor* y, const DLTensor* out, void* stream);
+
+/* Waits for stream on device_id and reports a bad index found by a kernel since the last check. */
+XJ_API exactjit_status_t xj_synchronize(xj_runtime* runtime, int device_id, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EXACTJIT_EXACTJIT_H */

@@ -1,0 +1,70 @@
+// exactjit C++ API: a Runtime owns the kernel caches and the per-device state, and runs the ops.
+//
+// Tensors are DLPack DLTensors (dlpack/dlpack.h). Every op validates its arguments on the host,
+// launches on the caller's stream and returns at once; a bad index found by a kernel is reported
+// by synchronize() (or at once when RuntimeOptions::check_after_launch is set), naming the op.
+// A Runtime is thread-safe.
+#pragma once
+
+#include <dlpack/dlpack.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace exactjit {
+
+/// The outcome of a call: ok, or a code (exactjit_status_t in exactjit.h) and a message that
+/// names the argument, path or spec involved.
+class Status {
+ public:
+  Status() = default;
+  Status(int code, std::string message) : code_(code), message_(std::move(message)) {}
+  bool ok() const { return code_ == 0; }
+  int code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  int code_ = 0;
+  std::string message_;
+};
+
+struct RuntimeOptions {
+  std::string cache_dir;                    ///< writable cache; empty: no writable layer
+  std::vector<std::string> read_only_dirs;  ///< searched before cache_dir, in order
+  bool offline = false;                     ///< never compile: a miss is an error
+  std::string arch;                         ///< "" = the device's; else "sm_90" or "compute_90"
+  bool check_after_launch = false;          ///< synchronize and check device errors after each op
+
+  /// EXACTJIT_CACHE_DIR, EXACTJIT_CACHE_PATH, EXACTJIT_OFFLINE, EXACTJIT_ARCH,
+  /// EXACTJIT_CHECK_AFTER_LAUNCH (see README.md).
+  static RuntimeOptions from_environment();
+};
+
+class Runtime {
+ public:
+  /// Creating a runtime loads nothing: NVRTC is loaded on the first compile, libcuda on the first
+  /// launch.
+  explicit Runtime(RuntimeOptions options = RuntimeOptions::from_environment());
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  /// out = residual + gate[index[r mod S]] * y with eager's roundings (NUMERICS.md).
+  /// residual, y, out: (M, H) or (B, S, H) contiguous, one dtype (bf16, fp16, fp32); gate: (R, H)
+  /// with unit column stride and row stride >= H; index: (S,) int32 or int64 with M % S == 0.
+  /// `stream` is a CUstream of the tensors' device (nullptr: the legacy default stream).
+  Status gate_residual(const DLTensor& residual, const DLTensor& gate, const DLTensor& index,
+                       const DLTensor& y, const DLTensor& out, void* stream);
+
+  /// Waits for `stream` on `device_id` and reports any bad index a kernel found since the last
+  /// check (then clears it).
+  Status synchronize(int device_id, void* stream);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace exactjit

@@ -1,0 +1,27 @@
+// exactjit kernel catalog: which specs exist, which ones `exactjit prewarm` builds by default, and
+// the rules a spec given on the command line must follow.
+#pragma once
+
+#include "codegen/kernel_spec.hpp"
+
+#include <llvm/Support/Error.h>
+
+#include <vector>
+
+namespace exactjit {
+
+/// H3's hidden size, the default of the embedded catalog (NUMERICS.md).
+inline constexpr int64_t kDefaultHidden = 5376;
+
+/// Every spec a call of this shape can select at run time on `target`: both index types, and the
+/// 16-byte and scalar vector widths where they differ.
+std::vector<KernelSpec> spec_family(Op op, DType dtype, int64_t hidden, int64_t table_stride, Target target);
+
+/// The default pre-warm catalog for one target: gate_residual for H = 5376 in bf16, fp16 and
+/// fp32, table row strides 6H (a block's AdaLN chunk) and 2H (the final norm's table).
+std::vector<KernelSpec> default_catalog(Target target);
+
+/// Rules for a spec built from flags (positive sizes, stride >= hidden, a valid vector width).
+llvm::Error validate_spec(const KernelSpec& spec);
+
+}  // namespace exactjit

@@ -1,0 +1,122 @@
+// exactjit op gate_residual: validate, spec, geometry, parameters.
+#include "kernels/gate_residual.hpp"
+
+#include "codegen/geometry.hpp"
+#include "kernels/tensor_check.hpp"
+
+#include <fmt/format.h>
+
+#include <climits>
+
+namespace exactjit {
+namespace {
+constexpr std::string_view kOp = "gate_residual";
+ArgName arg(std::string_view name) { return {kOp, name}; }
+}  // namespace
+
+KernelSpec gate_residual_spec(DType dtype, IndexType index, int64_t hidden, int64_t table_stride, int vec) {
+  KernelSpec spec;
+  spec.op = Op::GateResidual;
+  spec.dtype = dtype;
+  spec.index = index;
+  spec.hidden = hidden;
+  spec.table_stride = table_stride;
+  spec.vec = vec;
+  return spec;
+}
+
+llvm::Expected<LaunchPlan> plan_gate_residual(const GateResidualArgs& a) {
+  const std::pair<const char*, const DLTensor*> tensors[] = {
+      {"residual", &a.residual}, {"gate", &a.gate}, {"index", &a.index}, {"y", &a.y}, {"out", &a.out}};
+  for (const auto& [name, tensor] : tensors)
+    if (auto err = require_cuda(arg(name), *tensor)) return err;
+  for (const auto& [name, tensor] : tensors)
+    if (tensor->device.device_id != a.residual.device.device_id)
+      return invalid(arg(name), fmt::format("is on CUDA device {} but residual is on device {}",
+                                            tensor->device.device_id, a.residual.device.device_id));
+
+  auto dtype = float_dtype(arg("residual"), a.residual);
+  if (!dtype) return dtype.takeError();
+  for (const auto& [name, tensor] : {tensors[1], tensors[3], tensors[4]}) {
+    auto other = float_dtype(arg(name), *tensor);
+    if (!other) return other.takeError();
+    if (*other != *dtype)
+      return invalid(arg(name), fmt::format("must have residual's dtype {} (got {})", dtype_name(*dtype),
+                                            dtype_name(*other)));
+  }
+  auto index_type = index_dtype(arg("index"), a.index);
+  if (!index_type) return index_type.takeError();
+
+  // Shapes.
+  if (a.residual.ndim != 2 && a.residual.ndim != 3)
+    return invalid(arg("residual"), fmt::format("must be (M, H) or (B, S, H) (got {})", shape_string(a.residual)));
+  for (const auto& [name, tensor] : {tensors[3], tensors[4]}) {
+    bool same = tensor->ndim == a.residual.ndim;
+    for (int d = 0; same && d < a.residual.ndim; ++d) same = tensor->shape[d] == a.residual.shape[d];
+    if (!same)
+      return invalid(arg(name), fmt::format("must have residual's shape {} (got {})", shape_string(a.residual),
+                                            shape_string(*tensor)));
+  }
+  for (const auto& [name, tensor] : {tensors[0], tensors[3], tensors[4]})
+    if (!is_contiguous(*tensor)) return invalid(arg(name), "must be contiguous (row-major, no gaps)");
+
+  const int64_t hidden = a.residual.shape[a.residual.ndim - 1];
+  if (hidden < 1 || hidden > INT_MAX)
+    return invalid(arg("residual"), fmt::format("hidden size must be in [1, {}] (got {})", INT_MAX, hidden));
+  const int64_t rows = element_count(a.residual) / hidden;
+
+  if (a.gate.ndim != 2 || a.gate.shape[1] != hidden)
+    return invalid(arg("gate"), fmt::format("must be (R, {}) (got {})", hidden, shape_string(a.gate)));
+  const int64_t table_rows = a.gate.shape[0];
+  if (table_rows < 1) return invalid(arg("gate"), "must have at least one row");
+  if (hidden > 1 && stride_of(a.gate, 1) != 1)
+    return invalid(arg("gate"), fmt::format("must have unit column stride (got {})", stride_of(a.gate, 1)));
+  // A single-row table never steps to a second row: its stride is irrelevant, canonicalise it.
+  const int64_t table_stride = table_rows == 1 ? hidden : stride_of(a.gate, 0);
+  if (table_stride < hidden)
+    return invalid(arg("gate"), fmt::format("row stride must be >= H = {} (got {})", hidden, table_stride));
+
+  if (a.index.ndim != 1 || a.index.shape[0] < 1)
+    return invalid(arg("index"), fmt::format("must be (S,) with S >= 1 (got {})", shape_string(a.index)));
+  const int64_t seq = a.index.shape[0];
+  if (!is_contiguous(a.index)) return invalid(arg("index"), "must be contiguous");
+  if (rows % seq != 0)
+    return invalid(arg("index"), fmt::format("length S = {} must divide the M = {} rows of residual", seq, rows));
+  if (a.residual.ndim == 3 && a.residual.shape[1] != seq)
+    return invalid(arg("index"), fmt::format("length {} must equal residual's S dimension {}", seq,
+                                             a.residual.shape[1]));
+
+  // Aliasing: out may be residual itself (in place), nothing else.
+  const bool in_place = data_address(a.out) == data_address(a.residual);
+  for (const auto& [name, tensor] : {tensors[1], tensors[2], tensors[3]})
+    if (overlaps(a.out, *tensor)) return invalid(arg("out"), fmt::format("must not overlap {}", name));
+  if (!in_place && overlaps(a.out, a.residual))
+    return invalid(arg("out"), "must be residual itself or not overlap it");
+
+  // The 16-byte path needs whole packs per row and 16-byte aligned rows everywhere.
+  const int wide = static_cast<int>(16 / dtype_size(*dtype));
+  bool vector_ok = hidden % wide == 0 && table_stride % wide == 0;
+  for (const auto& [name, tensor] : tensors)
+    if (tensor != &a.index) vector_ok = vector_ok && data_address(*tensor) % 16 == 0;
+
+  LaunchPlan plan;
+  plan.spec = gate_residual_spec(*dtype, *index_type, hidden, table_stride, vector_ok ? wide : 1);
+  plan.device_id = a.residual.device.device_id;
+  const codegen::RowGeometry geometry = codegen::row_geometry(plan.spec);
+  const int64_t blocks = (rows + geometry.rows_per_block - 1) / geometry.rows_per_block;
+  if (blocks > INT_MAX)
+    return invalid(arg("residual"), fmt::format("has too many rows ({}) for one launch", rows));
+  plan.grid = static_cast<uint32_t>(blocks);
+  plan.threads = static_cast<uint32_t>(geometry.threads());
+  plan.push_pointer(data_address(a.residual));
+  plan.push_pointer(data_address(a.gate));
+  plan.push_pointer(data_address(a.index));
+  plan.push_pointer(data_address(a.y));
+  plan.push_pointer(data_address(a.out));
+  plan.push(static_cast<uint64_t>(rows));
+  plan.push(static_cast<uint64_t>(seq));
+  plan.push(static_cast<uint64_t>(table_rows));
+  return plan;
+}
+
+}  // namespace exactjit

@@ -1,0 +1,26 @@
+// exactjit op gate_residual: out = rT(residual + rT(gate[index[r mod S]] * y)) (NUMERICS.md).
+// Validation, spec and geometry; the runtime compiles and launches the plan.
+#pragma once
+
+#include "kernels/launch_plan.hpp"
+
+#include <dlpack/dlpack.h>
+#include <llvm/Support/Error.h>
+
+namespace exactjit {
+
+struct GateResidualArgs {
+  const DLTensor& residual;  ///< (M, H) or (B, S, H), contiguous
+  const DLTensor& gate;      ///< (R, H) table view, unit column stride, row stride >= H
+  const DLTensor& index;     ///< (S,) int32 or int64, M % S == 0
+  const DLTensor& y;         ///< like residual
+  const DLTensor& out;       ///< like residual; may be residual itself, may overlap nothing else
+};
+
+/// Checks every rule and returns the launch plan (grid 0 when M == 0).
+llvm::Expected<LaunchPlan> plan_gate_residual(const GateResidualArgs& args);
+
+/// The spec the plan would use for these shapes (also used by the catalog and the CLI).
+KernelSpec gate_residual_spec(DType dtype, IndexType index, int64_t hidden, int64_t table_stride, int vec);
+
+}  // namespace exactjit

@@ -1,0 +1,59 @@
+// exactjit host models (see host_model.hpp).
+#include "kernels/host_model.hpp"
+
+#include "templates/numerics.cuh"
+#include "templates/gate_residual_math.cuh"
+
+namespace exactjit {
+namespace {
+
+template <typename T, typename I>
+int64_t gate_residual_typed(const T* residual, const T* gate, int64_t table_stride, int64_t table_rows,
+                            const I* index, const T* y, T* out, int64_t rows, int64_t seq, int64_t hidden) {
+  int64_t skipped = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = static_cast<int64_t>(index[r % seq]);
+    if (i < 0 || i >= table_rows) {
+      ++skipped;
+      continue;
+    }
+    const T* g = gate + i * table_stride;
+    for (int64_t j = 0; j < hidden; ++j)
+      out[r * hidden + j] = xj::gate_residual_element(residual[r * hidden + j], g[j], y[r * hidden + j]);
+  }
+  return skipped;
+}
+
+template <typename T>
+int64_t dispatch_index(const void* residual, const void* gate, int64_t table_stride, int64_t table_rows,
+                       const void* index, IndexType index_type, const void* y, void* out, int64_t rows,
+                       int64_t seq, int64_t hidden) {
+  if (index_type == IndexType::I32)
+    return gate_residual_typed(static_cast<const T*>(residual), static_cast<const T*>(gate), table_stride,
+                               table_rows, static_cast<const int32_t*>(index), static_cast<const T*>(y),
+                               static_cast<T*>(out), rows, seq, hidden);
+  return gate_residual_typed(static_cast<const T*>(residual), static_cast<const T*>(gate), table_stride,
+                             table_rows, static_cast<const int64_t*>(index), static_cast<const T*>(y),
+                             static_cast<T*>(out), rows, seq, hidden);
+}
+
+}  // namespace
+
+int64_t gate_residual_model(DType dtype, const void* residual, const void* gate, int64_t table_stride,
+                            int64_t table_rows, const void* index, IndexType index_type, const void* y,
+                            void* out, int64_t rows, int64_t seq, int64_t hidden) {
+  switch (dtype) {
+    case DType::BF16:
+      return dispatch_index<xj::bf16>(residual, gate, table_stride, table_rows, index, index_type, y, out, rows,
+                                      seq, hidden);
+    case DType::F16:
+      return dispatch_index<xj::fp16>(residual, gate, table_stride, table_rows, index, index_type, y, out, rows,
+                                      seq, hidden);
+    case DType::F32:
+      return dispatch_index<float>(residual, gate, table_stride, table_rows, index, index_type, y, out, rows, seq,
+                                   hidden);
+  }
+  return 0;
+}
+
+}  // namespace exactjit

@@ -1,0 +1,19 @@
+// exactjit host models: each op computed on the host with the shared numerics
+// (templates/*.cuh compiled for the host), element by element in the order NUMERICS.md gives.
+// The GPU tests and `exactjit selftest` compare kernels against these bit for bit.
+#pragma once
+
+#include "codegen/kernel_spec.hpp"
+
+#include <cstdint>
+
+namespace exactjit {
+
+/// out[r, j] = rT(residual[r, j] + rT(gate[index[r % seq] * table_stride + j] * y[r, j])).
+/// Storage as raw bits (uint16 for bf16/fp16, float for fp32). Rows whose index is out of
+/// [0, table_rows) are left unwritten, as the kernel does; returns how many rows that was.
+int64_t gate_residual_model(DType dtype, const void* residual, const void* gate, int64_t table_stride,
+                            int64_t table_rows, const void* index, IndexType index_type, const void* y,
+                            void* out, int64_t rows, int64_t seq, int64_t hidden);
+
+}  // namespace exactjit

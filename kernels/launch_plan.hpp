@@ -1,0 +1,26 @@
+// exactjit launch plan: what an op hands to the runtime after validating a call — the kernel spec
+// (without a target; the runtime picks it per device), the grid and the kernel parameters.
+// Fixed-size storage, so planning a launch allocates nothing.
+#pragma once
+
+#include "codegen/kernel_spec.hpp"
+
+#include <cstdint>
+
+namespace exactjit {
+
+struct LaunchPlan {
+  static constexpr int kMaxParams = 15;  // plus the error record the runtime appends
+
+  KernelSpec spec;
+  int device_id = 0;
+  uint32_t grid = 0;     ///< blocks (x); zero means there is nothing to launch
+  uint32_t threads = 0;  ///< threads per block
+  uint64_t params[kMaxParams + 1] = {};  ///< pointers and 64-bit integers, in kernel order
+  int param_count = 0;
+
+  void push(uint64_t value) { params[param_count++] = value; }
+  void push_pointer(uint64_t address) { push(address); }
+};
+
+}  // namespace exactjit

@@ -1,0 +1,81 @@
+// exactjit host-side tensor validation (see tensor_check.hpp).
+#include "kernels/tensor_check.hpp"
+
+#include "runtime/errors.hpp"
+
+#include <fmt/format.h>
+
+namespace exactjit {
+
+llvm::Error invalid(ArgName name, const std::string& rule) {
+  return make_error(ErrorCode::InvalidArgument, fmt::format("{}: {} {}", name.op, name.arg, rule));
+}
+
+int64_t element_count(const DLTensor& t) {
+  int64_t count = 1;
+  for (int d = 0; d < t.ndim; ++d) count *= t.shape[d];
+  return count;
+}
+
+bool is_contiguous(const DLTensor& t) {
+  if (!t.strides) return true;
+  int64_t expected = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    if (t.shape[d] != 1 && t.strides[d] != expected) return false;
+    expected *= t.shape[d];
+  }
+  return true;
+}
+
+std::string shape_string(const DLTensor& t) {
+  std::string text = "(";
+  for (int d = 0; d < t.ndim; ++d) text += fmt::format("{}{}", d ? ", " : "", t.shape[d]);
+  return text + (t.ndim == 1 ? ",)" : ")");
+}
+
+llvm::Error require_cuda(ArgName name, const DLTensor& t) {
+  if (t.device.device_type != kDLCUDA)
+    return invalid(name, fmt::format("must be a CUDA device tensor (DLPack device type {}, got {})",
+                                     static_cast<int>(kDLCUDA), static_cast<int>(t.device.device_type)));
+  if (t.ndim < 0 || (t.ndim > 0 && !t.shape)) return invalid(name, "has no shape");
+  for (int d = 0; d < t.ndim; ++d)
+    if (t.shape[d] < 0) return invalid(name, fmt::format("has a negative dimension {}", shape_string(t)));
+  if (element_count(t) > 0 && !t.data) return invalid(name, "has a null data pointer");
+  const unsigned element_bytes = (t.dtype.bits * t.dtype.lanes + 7) / 8;
+  if (element_bytes > 0 && data_address(t) % element_bytes != 0)
+    return invalid(name, fmt::format("must be aligned to its element size ({} bytes)", element_bytes));
+  return llvm::Error::success();
+}
+
+llvm::Expected<DType> float_dtype(ArgName name, const DLTensor& t) {
+  if (t.dtype.lanes == 1) {
+    if (t.dtype.code == kDLFloat && t.dtype.bits == 32) return DType::F32;
+    if (t.dtype.code == kDLFloat && t.dtype.bits == 16) return DType::F16;
+    if (t.dtype.code == kDLBfloat && t.dtype.bits == 16) return DType::BF16;
+  }
+  return invalid(name, fmt::format("must be bfloat16, float16 or float32 (DLPack code {} bits {} lanes {})",
+                                   t.dtype.code, t.dtype.bits, t.dtype.lanes));
+}
+
+llvm::Expected<IndexType> index_dtype(ArgName name, const DLTensor& t) {
+  if (t.dtype.lanes == 1 && t.dtype.code == kDLInt) {
+    if (t.dtype.bits == 32) return IndexType::I32;
+    if (t.dtype.bits == 64) return IndexType::I64;
+  }
+  return invalid(name, fmt::format("must be int32 or int64 (DLPack code {} bits {} lanes {})", t.dtype.code,
+                                   t.dtype.bits, t.dtype.lanes));
+}
+
+bool overlaps(const DLTensor& a, const DLTensor& b) {
+  auto extent = [](const DLTensor& t) -> uint64_t {
+    if (element_count(t) == 0) return 0;
+    int64_t last = 0;  // offset of the last element, in elements
+    for (int d = 0; d < t.ndim; ++d) last += (t.shape[d] - 1) * stride_of(t, d);
+    return static_cast<uint64_t>(last + 1) * ((t.dtype.bits * t.dtype.lanes + 7) / 8);
+  };
+  const uint64_t a0 = data_address(a), a1 = a0 + extent(a);
+  const uint64_t b0 = data_address(b), b1 = b0 + extent(b);
+  return a0 < b1 && b0 < a1 && a1 > a0 && b1 > b0;
+}
+
+}  // namespace exactjit

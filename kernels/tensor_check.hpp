@@ -1,0 +1,48 @@
+// exactjit host-side tensor validation: the rules every op applies to its DLTensor arguments, with
+// messages that name the op, the argument and the rule ("gate_residual: gate must have unit column
+// stride (got stride 2)").
+#pragma once
+
+#include "codegen/kernel_spec.hpp"
+
+#include <dlpack/dlpack.h>
+#include <llvm/Support/Error.h>
+
+#include <cstdint>
+#include <string_view>
+
+namespace exactjit {
+
+/// Names an argument of an op for messages: "<op>: <arg> ...".
+struct ArgName {
+  std::string_view op;
+  std::string_view arg;
+};
+
+llvm::Error invalid(ArgName name, const std::string& rule);
+
+int64_t element_count(const DLTensor& t);
+/// Row-major compact (strides may be null); size-1 dimensions may have any stride.
+bool is_contiguous(const DLTensor& t);
+/// The address of element 0.
+inline uint64_t data_address(const DLTensor& t) {
+  return reinterpret_cast<uint64_t>(t.data) + t.byte_offset;
+}
+inline int64_t stride_of(const DLTensor& t, int dim) {
+  if (t.strides) return t.strides[dim];
+  int64_t stride = 1;
+  for (int d = t.ndim - 1; d > dim; --d) stride *= t.shape[d];
+  return stride;
+}
+
+/// A CUDA tensor (kDLCUDA) with a non-null pointer aligned to its element size.
+llvm::Error require_cuda(ArgName name, const DLTensor& t);
+/// The storage dtype of a floating-point tensor (bf16, fp16, fp32, one lane).
+llvm::Expected<DType> float_dtype(ArgName name, const DLTensor& t);
+/// The index type of an int32/int64 tensor.
+llvm::Expected<IndexType> index_dtype(ArgName name, const DLTensor& t);
+std::string shape_string(const DLTensor& t);
+/// Byte ranges [address, address + extent) of two tensors intersect.
+bool overlaps(const DLTensor& a, const DLTensor& b);
+
+}  // namespace exactjit

@@ -1,0 +1,62 @@
+"""exactjit for Python: JIT-generated CUDA kernels that are bitwise equal to PyTorch eager.
+
+A thin ctypes binding over libexactjit.so's C ABI (include/exactjit/exactjit.h); no compiled
+extension, so it matches any torch build. Importing it only loads the library (which itself loads
+neither NVRTC nor libcuda until needed), so `import exactjit` works without torch or a GPU; torch
+is imported by the first op. Set EXACTJIT_LIBRARY to pick a library explicitly.
+
+    import exactjit
+    out = exactjit.gate_residual(residual, table_view, index, y)  # on the current stream
+    exactjit.synchronize()  # raises exactjit.BadIndexError if an index was out of range
+"""
+import threading
+
+from . import _lib
+from ._errors import (BadIndexError, CacheIOError, CompileError, CudaError, Error,
+                      InternalError, InvalidArgumentError, OfflineMissError, Status,
+                      UnavailableError)
+from ._runtime import Runtime
+
+__all__ = [
+    "BadIndexError", "CacheIOError", "CompileError", "CudaError", "Error", "InternalError",
+    "InvalidArgumentError", "OfflineMissError", "Runtime", "Status", "UnavailableError",
+    "gate_residual", "library_path", "runtime", "synchronize", "version",
+]
+
+_default_runtime = None
+_default_lock = threading.Lock()
+
+
+def version():
+    """The library's version string (xj_version)."""
+    return _lib.lib.xj_version().decode()
+
+
+def library_path():
+    """The libexactjit.so this process loaded (the path, or the bare name if the dynamic linker
+    found it)."""
+    return _lib.library_path
+
+
+def runtime():
+    """The shared Runtime, created on first use from the environment (xj_runtime_create(NULL)).
+    It lives until the process exits, so kernels compile and load once per process."""
+    global _default_runtime
+    rt = _default_runtime
+    if rt is None:
+        with _default_lock:
+            if _default_runtime is None:
+                _default_runtime = Runtime()
+            rt = _default_runtime
+    return rt
+
+
+def gate_residual(residual, gate, index, y, *, out=None):
+    """out = residual + gate.index_select(0, index) * y, bit for bit; see Runtime.gate_residual."""
+    return runtime().gate_residual(residual, gate, index, y, out=out)
+
+
+def synchronize(device=None, stream=None):
+    """Waits for the stream and raises BadIndexError for an out-of-range index found by a kernel
+    since the last check; see Runtime.synchronize."""
+    runtime().synchronize(device, stream)

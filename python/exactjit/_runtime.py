@@ -1,0 +1,148 @@
+"""exactjit.Runtime: one xj_runtime handle, and the ops that run on it.
+
+Ops take torch tensors, describe them as DLTensors and launch on torch's current CUDA stream of
+the tensors' device, so they order with the surrounding PyTorch work exactly like a torch op.
+They return at once; an out-of-range index found by a kernel is reported by synchronize(), not by
+the op (unless the runtime checks after each launch).
+
+torch is imported on the first op call, never at import time: `import exactjit` must work on a
+machine without torch or a GPU.
+"""
+import ctypes
+import os
+import sys
+
+from . import _lib
+from ._dlpack import from_torch
+from ._errors import invalid_argument
+
+_torch = None
+
+
+def _import_torch():
+    global _torch
+    if _torch is None:
+        import torch
+        _torch = torch
+    return _torch
+
+
+def _tristate(value):
+    return -1 if value is None else int(bool(value))
+
+
+def _c_string(value):
+    return None if value is None else os.fsencode(value)
+
+
+class Runtime:
+    """Owns exactjit's kernel caches and per-device state (an xj_runtime). Thread-safe.
+
+    Every option left as None comes from the environment (EXACTJIT_CACHE_DIR, EXACTJIT_CACHE_PATH,
+    EXACTJIT_OFFLINE, EXACTJIT_ARCH, EXACTJIT_CHECK_AFTER_LAUNCH); with no options at all the
+    library is given NULL and reads the environment itself. Most code wants the shared
+    `exactjit.runtime()` rather than its own: each Runtime compiles and loads its own kernels.
+    """
+
+    def __init__(self, *, cache_dir=None, read_only_cache_path=None, offline=None, arch=None,
+                 check_after_launch=None):
+        self._handle = None
+        options = None
+        if any(v is not None for v in (cache_dir, read_only_cache_path, offline, arch,
+                                        check_after_launch)):
+            if read_only_cache_path is not None and not isinstance(
+                    read_only_cache_path, (str, bytes, os.PathLike)):
+                read_only_cache_path = os.pathsep.join(os.fspath(p) for p in read_only_cache_path)
+            options = _lib.RuntimeOptions(
+                ctypes.sizeof(_lib.RuntimeOptions), _c_string(cache_dir),
+                _c_string(read_only_cache_path), _tristate(offline), _c_string(arch),
+                _tristate(check_after_launch))
+        handle = ctypes.c_void_p()
+        _lib.check(_lib.lib.xj_runtime_create(options, ctypes.byref(handle)), "xj_runtime_create")
+        self._handle = handle
+
+    @property
+    def handle(self):
+        """The xj_runtime* as an int, for passing to other code that speaks the C ABI."""
+        return self._live().value
+
+    def _live(self):
+        if self._handle is None:
+            raise invalid_argument("this exactjit.Runtime was closed")
+        return self._handle
+
+    def close(self):
+        """Destroys the xj_runtime. Kernels already launched must have finished (synchronize)."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            _lib.lib.xj_runtime_destroy(handle)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        # NOTE: at interpreter exit the CUDA context may already be torn down (torch's atexit
+        # hooks, driver shutdown); leaking the runtime then is safe, destroying it is not.
+        if not sys.is_finalizing():
+            self.close()
+
+    def gate_residual(self, residual, gate, index, y, *, out=None):
+        """out = residual + gate[index[r mod S]] * y, bitwise equal to PyTorch eager's
+        `residual + gate.index_select(0, index) * y` (bf16, fp16, fp32; docs: NUMERICS.md).
+
+        residual, y: (S, H), (M, H) with M % S == 0, or (B, S, H), contiguous, one dtype.
+        gate: (R, H) with unit column stride and row stride >= H, e.g. one chunk of an AdaLN
+        table: `table.view(3 * T, 6 * H)[:, c * H:(c + 1) * H]` (no copy needed).
+        index: (S,) int32 or int64 on the same device; values must lie in [0, R). A bad value is
+        not an error here: the kernel records it and synchronize() raises BadIndexError.
+        out: optional destination like residual; by default a new contiguous tensor.
+        The library checks every rule and names the one broken (InvalidArgumentError). There is
+        no backward yet, so inputs that require grad are refused while grad mode is on rather
+        than silently cut from the graph.
+        """
+        torch = _import_torch()
+        for name, value in (("residual", residual), ("gate", gate), ("index", index), ("y", y)):
+            if not isinstance(value, torch.Tensor):
+                raise invalid_argument(
+                    f"gate_residual: {name} must be a torch.Tensor, got {type(value).__name__}")
+        if out is None:
+            out = torch.empty_like(residual, memory_format=torch.contiguous_format)
+        elif not isinstance(out, torch.Tensor):
+            raise invalid_argument(
+                f"gate_residual: out must be a torch.Tensor, got {type(out).__name__}")
+        if torch.is_grad_enabled() and (residual.requires_grad or gate.requires_grad
+                                        or y.requires_grad):
+            raise invalid_argument(
+                "gate_residual: an input requires grad but exactjit has no backward for this op "
+                "yet; call it under torch.no_grad() / torch.inference_mode() or detach the inputs")
+        stream = (torch.cuda.current_stream(residual.get_device()).cuda_stream
+                  if residual.is_cuda else None)
+        status = _lib.lib.xj_gate_residual(
+            self._live(), from_torch(torch, residual, "residual"), from_torch(torch, gate, "gate"),
+            from_torch(torch, index, "index"), from_torch(torch, y, "y"),
+            from_torch(torch, out, "out"), stream)
+        _lib.check(status, "xj_gate_residual")
+        return out
+
+    def synchronize(self, device=None, stream=None):
+        """Waits for `stream` (default: torch's current stream of `device`, default: the current
+        device) and raises BadIndexError if a kernel found an out-of-range index since the last
+        check, naming the op. The record is cleared, so the context stays usable."""
+        torch = _import_torch()
+        if device is None:
+            device_index = torch.cuda.current_device()
+        elif isinstance(device, int):
+            device_index = device
+        else:
+            device = torch.device(device)
+            if device.type != "cuda":
+                raise invalid_argument(f"synchronize: {device} is not a CUDA device")
+            device_index = torch.cuda.current_device() if device.index is None else device.index
+        if stream is None:
+            stream = torch.cuda.current_stream(device_index).cuda_stream
+        elif isinstance(stream, torch.cuda.Stream):
+            stream = stream.cuda_stream
+        _lib.check(_lib.lib.xj_synchronize(self._live(), device_index, stream), "xj_synchronize")

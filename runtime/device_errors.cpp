@@ -1,0 +1,36 @@
+// exactjit device error records (see device_errors.hpp).
+#include "runtime/device_errors.hpp"
+
+#include "codegen/kernel_spec.hpp"
+#include "runtime/errors.hpp"
+
+#include <fmt/format.h>
+
+namespace exactjit {
+
+llvm::Expected<CUdeviceptr> allocate_error_record(const Driver& driver, CUcontext context) {
+  ScopedContext scope(driver, context);
+  CUdeviceptr record = 0;
+  if (auto err = driver.check(driver.cuMemAlloc(&record, sizeof(DeviceErrorRecord)), "cuMemAlloc (error record)"))
+    return err;
+  if (auto err = driver.check(driver.cuMemsetD8(record, 0, sizeof(DeviceErrorRecord)), "cuMemsetD8 (error record)"))
+    return err;
+  return record;
+}
+
+llvm::Error check_error_record(const Driver& driver, CUcontext context, CUstream stream, CUdeviceptr record) {
+  ScopedContext scope(driver, context);
+  if (auto err = driver.check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize")) return err;
+  DeviceErrorRecord host{};
+  if (auto err = driver.check(driver.cuMemcpyDtoH(&host, record, sizeof host), "cuMemcpyDtoH (error record)"))
+    return err;
+  if (host.claimed == 0) return llvm::Error::success();
+  if (auto err = driver.check(driver.cuMemsetD8(record, 0, sizeof host), "cuMemsetD8 (error record)")) return err;
+  const std::string op = host.op >= 1 ? std::string(op_name(static_cast<Op>(host.op - 1))) : "unknown op";
+  return make_error(ErrorCode::BadIndex,
+                    fmt::format("{}: index[{}] = {} is out of range [0, {}); the rows that use it were not "
+                                "written",
+                                op, host.position, host.value, host.bound));
+}
+
+}  // namespace exactjit

@@ -1,0 +1,390 @@
+// exactjit disk cache (see disk_cache.hpp and docs/cache-format.md).
+#include "runtime/disk_cache.hpp"
+
+#include "codegen/digest.hpp"
+#include "codegen/render.hpp"
+#include "runtime/content_key.hpp"
+#include "runtime/errors.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <llvm/Support/CachePruning.h>
+#include <llvm/Support/FileSystem.h>
+#include <llvm/Support/FormatVariadic.h>
+#include <llvm/Support/JSON.h>
+#include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/Path.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+namespace exactjit {
+namespace fs = llvm::sys::fs;
+namespace path = llvm::sys::path;
+
+namespace {
+
+constexpr const char* kManifestFile = "manifest.json";
+constexpr const char* kSourceFile = "kernel.cu";
+constexpr const char* kCubinFile = "kernel.cubin";
+constexpr const char* kPtxFile = "kernel.ptx";
+constexpr auto kAbandonedAfter = std::chrono::hours(1);
+
+std::string join_path(llvm::StringRef a, llvm::StringRef b) {
+  llvm::SmallString<256> joined(a);
+  path::append(joined, b);
+  return std::string(joined.str());
+}
+
+std::string layer_root(const std::string& layer) { return join_path(layer, kCacheFormatDir); }
+
+std::string entry_folder_name(const std::string& compiler_tag, const std::string& content_key) {
+  return compiler_tag + "-" + content_key.substr(0, 16);
+}
+
+llvm::Expected<std::string> read_file(const std::string& file) {
+  auto buffer = llvm::MemoryBuffer::getFile(file, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+  if (!buffer) return make_error(ErrorCode::Io, fmt::format("cannot read {}: {}", file, buffer.getError().message()));
+  return std::string((*buffer)->getBuffer());
+}
+
+// Writes a whole file and flushes it to stable storage before the entry is renamed in.
+llvm::Error write_file_durably(const std::string& file, llvm::StringRef data) {
+  int fd = -1;
+  if (std::error_code ec = fs::openFileForWrite(file, fd, fs::CD_CreateNew, fs::OF_None))
+    return make_error(ErrorCode::Io, fmt::format("cannot create {}: {}", file, ec.message()));
+  const char* cursor = data.data();
+  size_t left = data.size();
+  while (left > 0) {
+    const ssize_t written = ::write(fd, cursor, left);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      const std::string reason = std::strerror(errno);
+      ::close(fd);
+      return make_error(ErrorCode::Io, fmt::format("cannot write {}: {}", file, reason));
+    }
+    cursor += written;
+    left -= static_cast<size_t>(written);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  const std::string reason = synced ? "" : std::strerror(errno);
+  ::close(fd);
+  if (!synced) return make_error(ErrorCode::Io, fmt::format("cannot flush {}: {}", file, reason));
+  return llvm::Error::success();
+}
+
+void sync_directory(const std::string& directory) {
+  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+// Folders directly below `directory` whose names do not start with '.', sorted by name.
+std::vector<std::string> subfolders(const std::string& directory) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (fs::directory_iterator it(directory, ec), end; it != end && !ec; it.increment(ec)) {
+    const llvm::StringRef name = path::filename(it->path());
+    if (!name.startswith(".") && it->type() == fs::file_type::directory_file) names.push_back(it->path());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+uint64_t folder_bytes(const std::string& directory) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(directory, ec), end; it != end && !ec; it.increment(ec)) {
+    fs::file_status st;
+    if (!fs::status(it->path(), st)) total += st.getSize();
+  }
+  return total;
+}
+
+// Moves a folder out of the way (atomically) and deletes it; safe against concurrent readers.
+void discard_folder(const std::string& directory) {
+  llvm::SmallString<256> doomed;
+  const std::string parent = std::string(path::parent_path(directory));
+  if (fs::createUniqueDirectory(join_path(parent, ".bad"), doomed)) return;
+  // If the rename fails another process already moved the folder; either way ours is empty or doomed.
+  (void)fs::rename(directory, join_path(doomed, "entry"));
+  fs::remove_directories(doomed);
+}
+
+llvm::Expected<std::string> checked_file(const std::string& directory, const llvm::json::Object& manifest,
+                                         llvm::StringRef file, llvm::StringRef bytes_field,
+                                         llvm::StringRef sha_field) {
+  auto data = read_file(join_path(directory, file));
+  if (!data) return data.takeError();
+  const llvm::Optional<int64_t> bytes = manifest.getInteger(bytes_field);
+  const llvm::Optional<llvm::StringRef> sha = manifest.getString(sha_field);
+  if (!bytes || !sha) return make_error(ErrorCode::Io, fmt::format("manifest lacks {} or {}", bytes_field, sha_field));
+  if (static_cast<int64_t>(data->size()) != *bytes)
+    return make_error(ErrorCode::Io, fmt::format("{} is {} bytes, manifest says {} (truncated?)", file,
+                                                 data->size(), *bytes));
+  if (sha256_hex(*data) != *sha)
+    return make_error(ErrorCode::Io, fmt::format("{} does not match its SHA-256 (corrupt)", file));
+  return data;
+}
+
+}  // namespace
+
+llvm::Expected<DiskEntry> read_entry(const std::string& directory, const std::string& source_key) {
+  auto text = read_file(join_path(directory, kManifestFile));
+  if (!text) return text.takeError();
+  auto parsed = llvm::json::parse(*text);
+  if (!parsed) {
+    const std::string reason = llvm::toString(parsed.takeError());
+    return make_error(ErrorCode::Io, fmt::format("manifest.json is not valid JSON ({})", reason));
+  }
+  const llvm::json::Object* manifest = parsed->getAsObject();
+  if (!manifest) return make_error(ErrorCode::Io, "manifest.json is not an object");
+  auto field = [&](llvm::StringRef name) { return manifest->getString(name).getValueOr("").str(); };
+  if (field("format") != kManifestFormat)
+    return make_error(ErrorCode::Io, fmt::format("manifest format '{}' is not {}", field("format"), kManifestFormat));
+  DiskEntry entry;
+  entry.directory = directory;
+  entry.source_key = field("source_key");
+  entry.content_key = field("content_key");
+  entry.compiler_tag = field("compiler_tag");
+  entry.entry = field("entry");
+  entry.is_ptx = field("image_kind") == "ptx";
+  if (entry.source_key != source_key)
+    return make_error(ErrorCode::Io, "manifest names another source key than its folder");
+  if (entry.content_key != content_key(entry.source_key, entry.compiler_tag) ||
+      path::filename(directory) != entry_folder_name(entry.compiler_tag, entry.content_key))
+    return make_error(ErrorCode::Io, "content key does not match the manifest's source key and compiler");
+  if (entry.entry.empty()) return make_error(ErrorCode::Io, "manifest lacks the entry-point name");
+  auto source = checked_file(directory, *manifest, kSourceFile, "source_bytes", "source_sha256");
+  if (!source) return source.takeError();
+  auto image = checked_file(directory, *manifest, entry.is_ptx ? kPtxFile : kCubinFile, "image_bytes",
+                            "image_sha256");
+  if (!image) return image.takeError();
+  entry.image = std::move(*image);
+  return entry;
+}
+
+DiskCache::DiskCache(CacheConfig config) : config_(std::move(config)) {}
+
+llvm::Expected<std::optional<DiskEntry>> DiskCache::lookup(const std::string& source_key,
+                                                           std::vector<std::string>& problems) const {
+  std::vector<std::pair<std::string, bool>> layers;  // (dir, writable)
+  for (const std::string& dir : config_.read_only_dirs) layers.emplace_back(dir, false);
+  if (!config_.writable_dir.empty()) layers.emplace_back(config_.writable_dir, true);
+  for (const auto& [layer, writable] : layers) {
+    const std::string folder = join_path(layer_root(layer), source_key);
+    std::vector<std::string> entries = subfolders(folder);
+    // Newest compiler tag first (names sort by tag); any verified entry is a hit.
+    for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+      auto entry = read_entry(*it, source_key);
+      if (entry) {
+        if (writable) ::utimensat(AT_FDCWD, it->c_str(), nullptr, 0);  // recency for prune
+        return std::optional<DiskEntry>(std::move(*entry));
+      }
+      problems.push_back(fmt::format("bad cache entry {}: {}{}", *it, llvm::toString(entry.takeError()),
+                                     writable ? " (removed; rebuilding)" : " (read-only layer; skipped)"));
+      if (writable) discard_folder(*it);
+    }
+  }
+  return std::optional<DiskEntry>();
+}
+
+llvm::Expected<DiskEntry> DiskCache::publish(const KernelSource& source, const std::string& source_key,
+                                             const CompilerIdentity& compiler, const CompileOutput& output,
+                                             const std::string& driver_seen) const {
+  if (config_.writable_dir.empty())
+    return make_error(ErrorCode::Io, "no writable cache directory (set EXACTJIT_CACHE_DIR or HOME)");
+  const std::string folder = join_path(layer_root(config_.writable_dir), source_key);
+  if (std::error_code ec = fs::create_directories(folder))
+    return make_error(ErrorCode::Io, fmt::format("cannot create cache folder {}: {}", folder, ec.message()));
+
+  DiskEntry entry;
+  entry.source_key = source_key;
+  entry.compiler_tag = compiler.tag();
+  entry.content_key = content_key(source_key, entry.compiler_tag);
+  entry.entry = source.entry;
+  entry.image = output.image;
+  entry.is_ptx = output.is_ptx;
+  entry.directory = join_path(folder, entry_folder_name(entry.compiler_tag, entry.content_key));
+
+  llvm::json::Array options;
+  for (const std::string& option : source.options) options.push_back(option);
+  llvm::json::Object manifest{
+      {"format", kManifestFormat},
+      {"spec", source.spec.describe()},
+      {"entry", source.entry},
+      {"generator", std::string(codegen::kGeneratorVersion)},
+      {"exactjit_version", EXACTJIT_VERSION},
+      {"source_key", source_key},
+      {"content_key", entry.content_key},
+      {"compiler_tag", entry.compiler_tag},
+      {"compiler", llvm::json::Object{{"name", "nvrtc"},
+                                      {"version", fmt::format("{}.{}", compiler.major, compiler.minor)},
+                                      {"library", compiler.library_path},
+                                      {"library_bytes", static_cast<int64_t>(compiler.library_size)}}},
+      {"options", std::move(options)},
+      {"target", source.spec.target.name()},
+      {"image_kind", output.is_ptx ? "ptx" : "cubin"},
+      {"image_bytes", static_cast<int64_t>(output.image.size())},
+      {"image_sha256", sha256_hex(output.image)},
+      {"source_bytes", static_cast<int64_t>(source.text.size())},
+      {"source_sha256", sha256_hex(source.text)},
+      {"driver_seen", driver_seen},
+      {"compile_seconds", output.seconds},
+      {"compile_log", output.log},
+      {"created", utc_now()},
+  };
+
+  llvm::SmallString<256> temp;
+  if (std::error_code ec = fs::createUniqueDirectory(join_path(folder, ".tmp-" + entry.compiler_tag), temp))
+    return make_error(ErrorCode::Io, fmt::format("cannot create a temporary folder in {}: {}", folder, ec.message()));
+  const std::string temp_dir(temp.str());
+  auto write_all = [&]() -> llvm::Error {
+    if (auto err = write_file_durably(join_path(temp_dir, kSourceFile), source.text)) return err;
+    if (auto err = write_file_durably(join_path(temp_dir, output.is_ptx ? kPtxFile : kCubinFile), output.image)) return err;
+    return write_file_durably(join_path(temp_dir, kManifestFile),
+                              llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))).str());
+  };
+  if (auto err = write_all()) {
+    fs::remove_directories(temp_dir);
+    return err;
+  }
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (!fs::rename(temp_dir, entry.directory)) {
+      sync_directory(folder);
+      return entry;
+    }
+    // Someone else published this content key first: theirs is as good as ours if it verifies.
+    auto existing = read_entry(entry.directory, source_key);
+    if (existing) {
+      fs::remove_directories(temp_dir);
+      return std::move(*existing);
+    }
+    llvm::consumeError(existing.takeError());
+    discard_folder(entry.directory);
+  }
+  fs::remove_directories(temp_dir);
+  return make_error(ErrorCode::Io, fmt::format("cannot publish cache entry {}", entry.directory));
+}
+
+std::unique_ptr<llvm::LockFileManager> DiskCache::build_lock(const std::string& source_key) const {
+  if (config_.writable_dir.empty()) return nullptr;
+  const std::string folder = join_path(layer_root(config_.writable_dir), source_key);
+  if (fs::create_directories(folder)) return nullptr;
+  return std::make_unique<llvm::LockFileManager>(join_path(folder, "build"));
+}
+
+std::vector<EntryStatus> DiskCache::scan(bool verify) const {
+  std::vector<EntryStatus> result;
+  std::vector<std::pair<std::string, bool>> layers;
+  for (const std::string& dir : config_.read_only_dirs) layers.emplace_back(dir, true);
+  if (!config_.writable_dir.empty()) layers.emplace_back(config_.writable_dir, false);
+  for (const auto& [layer, read_only] : layers) {
+    for (const std::string& key_folder : subfolders(layer_root(layer))) {
+      for (const std::string& directory : subfolders(key_folder)) {
+        EntryStatus status;
+        status.directory = directory;
+        status.read_only = read_only;
+        status.bytes = folder_bytes(directory);
+        status.spec = "?";
+        if (auto text = read_file(join_path(directory, kManifestFile))) {
+          if (auto parsed = llvm::json::parse(*text)) {
+            if (const llvm::json::Object* manifest = parsed->getAsObject()) {
+              status.spec = manifest->getString("spec").getValueOr("?").str();
+              status.compiler_tag = manifest->getString("compiler_tag").getValueOr("").str();
+            }
+          } else {
+            llvm::consumeError(parsed.takeError());
+          }
+        } else {
+          llvm::consumeError(text.takeError());
+        }
+        if (verify) {
+          auto entry = read_entry(directory, std::string(path::filename(key_folder)));
+          if (!entry) status.problem = llvm::toString(entry.takeError());
+        }
+        result.push_back(std::move(status));
+      }
+    }
+  }
+  return result;
+}
+
+llvm::Expected<PruneResult> DiskCache::prune(const std::string& policy_text) const {
+  auto policy = llvm::parseCachePruningPolicy(policy_text);
+  if (!policy)
+    return make_error(ErrorCode::InvalidArgument,
+                      fmt::format("bad prune policy '{}': {}", policy_text, llvm::toString(policy.takeError())));
+  if (config_.writable_dir.empty()) return make_error(ErrorCode::Io, "no writable cache directory to prune");
+  struct Candidate {
+    std::string directory;
+    std::chrono::system_clock::time_point used;
+    uint64_t bytes;
+  };
+  std::vector<Candidate> entries;
+  PruneResult result;
+  const auto now = std::chrono::system_clock::now();
+  for (const std::string& key_folder : subfolders(layer_root(config_.writable_dir))) {
+    // Abandoned temporary and discarded folders of crashed writers.
+    std::error_code ec;
+    for (fs::directory_iterator it(key_folder, ec), end; it != end && !ec; it.increment(ec)) {
+      const llvm::StringRef name = path::filename(it->path());
+      fs::file_status st;
+      if ((name.startswith(".tmp-") || name.startswith(".bad")) && !fs::status(it->path(), st) &&
+          now - st.getLastModificationTime() > kAbandonedAfter) {
+        fs::remove_directories(it->path());
+      }
+    }
+    for (const std::string& directory : subfolders(key_folder)) {
+      fs::file_status st;
+      if (fs::status(directory, st)) continue;
+      entries.push_back({directory, st.getLastModificationTime(), folder_bytes(directory)});
+    }
+  }
+  std::sort(entries.begin(), entries.end(), [](const Candidate& a, const Candidate& b) { return a.used < b.used; });
+  uint64_t total = 0;
+  for (const Candidate& c : entries) total += c.bytes;
+  size_t remaining = entries.size();
+  for (const Candidate& c : entries) {  // least recently used first
+    const bool expired = policy->Expiration.count() > 0 && now - c.used > policy->Expiration;
+    const bool too_big = policy->MaxSizeBytes > 0 && total > policy->MaxSizeBytes;
+    const bool too_many = policy->MaxSizeFiles > 0 && remaining > policy->MaxSizeFiles;
+    if (!expired && !too_big && !too_many) continue;
+    discard_folder(c.directory);
+    total -= c.bytes;
+    remaining -= 1;
+    result.removed_entries += 1;
+    result.freed_bytes += c.bytes;
+  }
+  // rmdir only succeeds on empty folders, so a concurrent writer's temporary folder survives.
+  for (const std::string& key_folder : subfolders(layer_root(config_.writable_dir)))
+    (void)fs::remove(key_folder);
+  result.remaining_bytes = total;
+  return result;
+}
+
+llvm::Error DiskCache::clear() const {
+  if (config_.writable_dir.empty()) return make_error(ErrorCode::Io, "no writable cache directory to clear");
+  const std::string root = layer_root(config_.writable_dir);
+  if (!fs::exists(root)) return llvm::Error::success();
+  if (std::error_code ec = fs::remove_directories(root))
+    return make_error(ErrorCode::Io, fmt::format("cannot remove {}: {}", root, ec.message()));
+  return llvm::Error::success();
+}
+
+}  // namespace exactjit

@@ -1,0 +1,392 @@
+#!/usr/bin/env python3
+"""Bit-for-bit parity of exactjit.gate_residual with PyTorch eager, on the GPU machine.
+
+The reference is eager `residual + gate.index_select(0, index) * y`, and the check is
+torch.equal on the raw bits (.view(int16 / int32)), never a tolerance: the op's contract
+(NUMERICS.md, gate_residual) is bitwise equality in bf16, fp16 and fp32.
+
+Inputs are random (seeded torch.Generator, never zeros) with rows scaled by 1e-3 and 30 in part,
+so products land in every rounding regime, fp16 subnormals included. `out` is filled with 0xFFFF
+(a NaN pattern the reference never produces) before each call, so an element the kernel skips
+shows up. The gate is always a strided table view, as the model passes it: chunk 2 of an AdaLN
+table (T, 18H) viewed as (3T, 6H), or chunk 1 of a final-norm table (T, 2H).
+
+Groups: the grid (dtype x S x B x table x index dtype at --hidden), scalar-path and misaligned
+cases (odd H, odd row stride, odd base offsets), a small H, argument errors (code 1), and bad
+indices (synchronize() must raise code 5 naming gate_residual, and the context must stay usable).
+
+Usage: PYTHONPATH is set up from this file's location; EXACTJIT_LIBRARY picks the library.
+  python3 tests/gpu/parity_torch.py [--hidden 5376] [--report parity.md] [--json parity.json]
+Exit status: 0 all cases pass, 1 a case failed, 2 exactjit or CUDA unavailable.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "python"))
+
+import torch  # noqa: E402
+
+T = 3  # timesteps in the AdaLN table
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
+SIZES = (1, 7, 4097, 32768, 131072)
+
+
+def log(*args):
+    print(*args, flush=True)
+
+
+class Data:
+    """Seeded random inputs on the device; a new generator per case keeps cases independent."""
+
+    def __init__(self, seed):
+        self.seed = seed
+
+    def gen(self):
+        self.seed += 1
+        return torch.Generator(device="cuda").manual_seed(self.seed)
+
+    def rows(self, shape, dtype, row_len=None):
+        """randn of `shape` with about 1/8 of its rows (row_len elements, default the last dim)
+        scaled by 1e-3 and 1/8 by 30; a tail shorter than a row is left as drawn."""
+        gen = self.gen()
+        x = torch.randn(shape, generator=gen, device="cuda", dtype=dtype)
+        row_len = row_len or shape[-1]
+        n = x.numel() // row_len
+        pick = torch.randint(0, 8, (n,), generator=gen, device="cuda")
+        scale = torch.where(pick == 0, 1e-3, torch.where(pick == 1, 30.0, 1.0))
+        x.view(-1)[:n * row_len].view(n, row_len).mul_(scale.to(dtype)[:, None])
+        return x
+
+    def index(self, s, r):
+        return torch.randint(0, r, (s,), generator=self.gen(), device="cuda", dtype=torch.int64)
+
+
+def table_view(data, kind, h, dtype):
+    """(R, H) gate view with unit column stride, and its row stride in elements."""
+    if kind == "6H":  # block table (T, 18H) -> (3T, 6H), chunk 2 (gate_msa)
+        table = data.rows((T, 18 * h), dtype, row_len=6 * h).view(3 * T, 6 * h)
+        return table[:, 2 * h:3 * h]
+    if kind == "2H":  # final-norm table (T, 2H), chunk 1
+        return data.rows((T, 2 * h), dtype)[:, h:2 * h]
+    if kind == "6H+1":  # odd row stride from a wider flat buffer: forces the scalar path
+        flat = data.rows((3 * T, 6 * h + 1), dtype)
+        return flat[:, 2 * h:3 * h]
+    if kind == "6H,base+1":  # odd base offset: the view starts one element into the chunk
+        table = data.rows((T, 18 * h), dtype, row_len=6 * h).view(3 * T, 6 * h)
+        return table[:, 2 * h + 1:3 * h + 1]
+    raise ValueError(kind)
+
+
+def activations(data, b, s, h, dtype, layout="natural"):
+    """residual and y: (S, H) for B = 1, (B, S, H) otherwise; 'flat' gives (B*S, H); 'base+1'
+    makes contiguous tensors whose data pointer is one element past an aligned address."""
+    shape = (s, h) if b == 1 else (b, s, h)
+    if layout == "flat":
+        shape = (b * s, h)
+    if layout == "base+1":
+        def make():
+            flat = data.rows((b * s * h + 1,), dtype, row_len=h)
+            return flat[1:].view(shape)
+        return make(), make()
+    return data.rows(shape, dtype), data.rows(shape, dtype)
+
+
+def eager(residual, gate, index, y):
+    s, h = index.shape[0], residual.shape[-1]
+    r3 = residual.view(-1, s, h)
+    y3 = y.view(-1, s, h)
+    return (r3 + gate.index_select(0, index) * y3).view(residual.shape)
+
+
+def poisoned_like(t):
+    out = torch.empty_like(t, memory_format=torch.contiguous_format)
+    out.view(BITS[t.dtype]).fill_(-1)  # 0xFFFF / 0xFFFFFFFF: a NaN eager never produces here
+    return out
+
+
+def compare(got, ref):
+    bits = BITS[ref.dtype]
+    g, r = got.reshape(-1).view(bits), ref.reshape(-1).view(bits)
+    if torch.equal(g, r):
+        return True, "bitwise equal"
+    diff = g != r
+    n = int(diff.sum())
+    unwritten = int((g == -1).sum())
+    first = int(diff.nonzero()[0, 0])
+    mask = (1 << (16 if bits == torch.int16 else 32)) - 1
+    return False, (f"{n}/{g.numel()} elements differ ({unwritten} still poisoned); first at "
+                   f"flat {first}: got 0x{int(g[first]) & mask:x}, eager 0x{int(r[first]) & mask:x}")
+
+
+class Suite:
+    def __init__(self, xj):
+        self.xj = xj
+        self.cases = []
+
+    def record(self, group, name, ok, detail, seconds, **params):
+        status = "skip" if ok is None else ("PASS" if ok else "FAIL")
+        self.cases.append(dict(group=group, case=name, result=status, detail=detail,
+                               seconds=round(seconds, 3), **params))
+        log(f"  [{status}] {name:<58} {seconds:6.2f}s  {'' if ok else detail}")
+
+    def run(self, group, name, fn, **params):
+        t0 = time.perf_counter()
+        try:
+            ok, detail = fn()
+        except Exception as e:  # a crash is a failed case; the next case still runs
+            ok, detail = False, f"{type(e).__name__}: {str(e)[:400]}"
+            traceback.print_exc()
+        torch.cuda.synchronize()
+        self.record(group, name, ok, detail, time.perf_counter() - t0, **params)
+
+    def checked_call(self, residual, gate, index, y, ref, use_out=True):
+        """One call (into a poisoned out), synchronize (a false bad-index report fails the
+        case), then the bitwise comparison."""
+        out = poisoned_like(residual) if use_out else None
+        got = self.xj.gate_residual(residual, gate, index, y, out=out) if use_out else \
+            self.xj.gate_residual(residual, gate, index, y)
+        self.xj.synchronize()
+        if use_out and got is not out:
+            return False, "returned tensor is not the out= tensor"
+        if got.shape != residual.shape or got.dtype != residual.dtype:
+            return False, f"returned {tuple(got.shape)} {got.dtype}"
+        return compare(got, ref)
+
+
+def grid(suite, data, h, sizes):
+    log(f"grid: H={h}, S in {sizes}, B in (1, 2), tables 6H/2H, index int64/int32")
+    for dname, dtype in DTYPES.items():
+        for s in sizes:
+            for b in (1, 2):
+                residual, y = activations(data, b, s, h, dtype)
+                for kind in ("6H", "2H"):
+                    gate = table_view(data, kind, h, dtype)
+                    index = data.index(s, gate.shape[0])
+                    ref = eager(residual, gate, index, y)
+                    for iname, idx in (("int64", index), ("int32", index.to(torch.int32))):
+                        suite.run("grid", f"{dname} S={s} B={b} gate={kind} index={iname}",
+                                  lambda: suite.checked_call(residual, gate, idx, y, ref),
+                                  dtype=dname, S=s, B=b, H=h, gate=kind, index=iname)
+                    del ref, gate, index
+                del residual, y
+                if s * b * h >= (1 << 27):
+                    torch.cuda.empty_cache()
+
+
+def layouts(suite, data, h):
+    log("layouts: scalar path, odd strides and offsets, flat (M, H), default allocation")
+    specs = [  # (name, H, layout, gate kind, S, B)
+        ("odd H", h + 1, "natural", "6H", 4097, 2),
+        ("odd H, S=7", h + 1, "natural", "6H", 7, 1),
+        ("gate row stride 6H+1", h, "natural", "6H+1", 4097, 2),
+        ("gate base +1 element", h, "natural", "6H,base+1", 4097, 1),
+        ("residual/y base +1 element", h, "base+1", "6H", 4097, 1),
+        ("flat (B*S, H), B=2", h, "flat", "6H", 4097, 2),
+        ("small H=64", 64, "natural", "6H", 4097, 2),
+        ("small H=64, S=7", 64, "natural", "2H", 7, 1),
+        ("small H=64, S=1, B=2", 64, "natural", "6H", 1, 2),
+    ]
+    for dname, dtype in DTYPES.items():
+        for name, hh, layout, kind, s, b in specs:
+            residual, y = activations(data, b, s, hh, dtype, layout)
+            gate = table_view(data, kind, hh, dtype)
+            index = data.index(s, gate.shape[0])
+            ref = eager(residual, gate, index, y)
+            for iname, idx in (("int64", index), ("int32", index.to(torch.int32))):
+                suite.run("layout", f"{dname} {name} S={s} B={b} index={iname}",
+                          lambda: suite.checked_call(residual, gate, idx, y, ref),
+                          dtype=dname, S=s, B=b, H=hh, gate=kind, index=iname, layout=layout)
+        residual, y = activations(data, 2, 4097, h, dtype)
+        gate = table_view(data, "6H", h, dtype)
+        index = data.index(4097, gate.shape[0])
+        ref = eager(residual, gate, index, y)
+        suite.run("layout", f"{dname} default out allocation S=4097 B=2",
+                  lambda: suite.checked_call(residual, gate, index, y, ref, use_out=False),
+                  dtype=dname, S=4097, B=2, H=h, gate="6H", index="int64")
+
+
+def expect_error(xj, code, call, mention=None):
+    """(ok, detail) for a call that must raise exactjit.Error with `code` and a message that
+    mentions `mention`. Launch-time and synchronize-time raises both count (a runtime created
+    with EXACTJIT_CHECK_AFTER_LAUNCH reports a bad index at the call); `where` says which."""
+    where = "call"
+    try:
+        call()
+        where = "synchronize"
+        xj.synchronize()
+    except xj.Error as e:
+        msg = str(e)
+        if e.code != code:
+            return False, f"raised at {where} with code {int(e.code)}, want {code}: {msg}"
+        if not msg.strip():
+            return False, f"code {code} at {where} but an empty message"
+        if mention and mention not in msg:
+            return False, f"code {code} at {where} but the message does not mention {mention!r}: {msg}"
+        return True, f"code {code} at {where}: {msg[:200]}"
+    return False, "no exactjit.Error raised"
+
+
+def invalid_arguments(suite, data, h):
+    log("invalid arguments: each must raise exactjit.Error code 1 with a message")
+    s, dtype = 4097, torch.bfloat16
+    residual, y = activations(data, 1, s, h, dtype)
+    gate = table_view(data, "6H", h, dtype)
+    index = data.index(s, gate.shape[0])
+    f64 = [t.double() for t in (residual, y)]
+    cases = [  # (name, args, the word the message should contain or None)
+        ("residual on the CPU", (residual.cpu(), gate, index, y), "residual"),
+        ("index on the CPU", (residual, gate, index.cpu(), y), "index"),
+        ("fp64 tensors", (f64[0], gate.double(), index, f64[1]), None),
+        ("y fp16, residual bf16", (residual, gate, index, y.half()), None),
+        ("gate fp32, residual bf16", (residual, gate.float(), index, y), None),
+        ("index float32", (residual, gate, index.float(), y), "index"),
+        ("index int16", (residual, gate, index.to(torch.int16), y), "index"),
+        ("index 2-D", (residual, gate, index.view(1, s), y), "index"),
+        ("residual not contiguous",
+         (data.rows((h, s), dtype).t(), gate, index, y), "residual"),
+        ("y shape (S, H-1)", (residual, gate, index, y[:, :h - 1]), None),
+        ("gate column stride 2", (residual, data.rows((3 * T, 2 * h), dtype)[:, ::2],
+                                  index, y), "gate"),
+        ("gate width H+8", (residual, table_view(data, "6H", h + 8, dtype), index, y), None),
+        ("rows not a multiple of S", (residual[:s - 1], gate, index, y[:s - 1]), None),
+        ("residual is a list", ([1.0], gate, index, y), "residual"),
+    ]
+    for name, args, mention in cases:
+        suite.run("invalid", name,
+                  lambda: expect_error(suite.xj, 1, lambda: suite.xj.gate_residual(*args), mention))
+    suite.run("invalid", "out fp32, residual bf16",
+              lambda: expect_error(suite.xj, 1, lambda: suite.xj.gate_residual(
+                  residual, gate, index, y, out=torch.empty_like(residual, dtype=torch.float32)),
+                  "out"))
+    if torch.cuda.device_count() >= 2:
+        suite.run("invalid", "gate on cuda:1", lambda: expect_error(
+            suite.xj, 1, lambda: suite.xj.gate_residual(residual, gate.to("cuda:1"), index, y),
+            "gate"))
+    else:
+        suite.record("invalid", "gate on cuda:1", None, "one GPU: skipped", 0.0)
+    ref = eager(residual, gate, index, y)
+    suite.run("invalid", "good call after the argument errors",
+              lambda: suite.checked_call(residual, gate, index, y, ref))
+
+
+def bad_indices(suite, data, h):
+    log("bad indices: synchronize() must raise code 5 naming gate_residual; context stays usable")
+    s, dtype = 4097, torch.bfloat16
+    gate = table_view(data, "6H", h, dtype)
+    r = gate.shape[0]
+    variants = [  # (name, B, position, value, index dtype)
+        ("int64 index = R", 1, s // 2, r, torch.int64),
+        ("int64 index = -1", 1, 0, -1, torch.int64),
+        ("int64 index = 2^32 + 1 (wraps to 1 if truncated)", 1, s - 1, (1 << 32) + 1, torch.int64),
+        ("int64 index = -2^33", 1, 17, -(1 << 33), torch.int64),
+        ("int32 index = R", 1, s // 3, r, torch.int32),
+        ("int32 index = -1", 1, s - 1, -1, torch.int32),
+        ("int32 index = 2^31 - 1", 1, 5, (1 << 31) - 1, torch.int32),
+        ("int64 index = R at the last row, B=2", 2, s - 1, r, torch.int64),
+    ]
+    for name, b, pos, value, idtype in variants:
+        residual, y = activations(data, b, s, h, dtype)
+        good = data.index(s, r)
+        bad = good.clone().to(idtype)
+        bad[pos] = value
+        ref = eager(residual, gate, good, y)  # eager only ever sees the good index
+
+        def case():
+            ok, detail = expect_error(suite.xj, 5, lambda: suite.xj.gate_residual(
+                residual, gate, bad, y, out=poisoned_like(residual)), "gate_residual")
+            if not ok:
+                return ok, detail
+            try:
+                suite.xj.synchronize()
+            except suite.xj.Error as e:
+                return False, f"{detail}; a second synchronize() raised again: {e}"
+            ok2, detail2 = suite.checked_call(residual, gate, good.to(idtype), y, ref)
+            return ok2, f"{detail}; then a good call: {detail2}"
+
+        suite.run("bad_index", name, case, B=b, index=str(idtype).replace("torch.", ""))
+
+
+def write_reports(args, suite, meta):
+    fails = [c for c in suite.cases if c["result"] == "FAIL"]
+    passes = [c for c in suite.cases if c["result"] == "PASS"]
+    meta["summary"] = dict(passed=len(passes), failed=len(fails),
+                           skipped=len(suite.cases) - len(passes) - len(fails))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(meta, cases=suite.cases), f, indent=1)
+    if args.report:
+        lines = [
+            "# exactjit.gate_residual parity with PyTorch eager (bitwise)", "",
+            *(f"- {k}: {v}" for k, v in meta.items() if k != "summary"),
+            f"- result: {len(passes)} passed, {len(fails)} failed, "
+            f"{meta['summary']['skipped']} skipped", "",
+            "| group | case | result | detail |", "|---|---|---|---|",
+        ]
+        for c in suite.cases:
+            detail = c["detail"].replace("|", "\\|").replace("\n", " ")
+            lines.append(f"| {c['group']} | {c['case']} | {c['result']} | {detail} |")
+        with open(args.report, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--hidden", type=int, default=5376)
+    p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated S values")
+    p.add_argument("--seed", type=int, default=20240611)
+    p.add_argument("--report", help="markdown report path")
+    p.add_argument("--json", help="JSON report path")
+    args = p.parse_args()
+    sizes = [int(v) for v in args.sizes.split(",") if v]
+
+    t0 = time.perf_counter()
+    meta = dict(torch=torch.__version__, hidden=args.hidden, sizes=sizes, seed=args.seed)
+    try:
+        import exactjit as xj
+        meta.update(exactjit=xj.version(), library=xj.library_path())
+        if not torch.cuda.is_available():
+            raise RuntimeError("torch sees no CUDA device")
+        meta["device"] = torch.cuda.get_device_name()
+    except Exception as e:
+        log(f"cannot run: {type(e).__name__}: {e}")
+        suite = Suite(None)
+        suite.record("setup", "import exactjit / CUDA", False, f"{type(e).__name__}: {e}", 0.0)
+        write_reports(args, suite, meta)
+        return 2
+    log(f"exactjit {meta['exactjit']} ({meta['library']}), torch {torch.__version__}, "
+        f"{meta['device']}")
+
+    suite = Suite(xj)
+    data = Data(args.seed)
+    with torch.no_grad():
+        for part in (lambda: grid(suite, data, args.hidden, sizes),
+                     lambda: layouts(suite, data, args.hidden),
+                     lambda: invalid_arguments(suite, data, args.hidden),
+                     lambda: bad_indices(suite, data, args.hidden)):
+            try:
+                part()
+            except Exception as e:  # setup of a group failed (e.g. out of memory)
+                traceback.print_exc()
+                suite.record("setup", "group aborted", False, f"{type(e).__name__}: {e}", 0.0)
+            torch.cuda.empty_cache()
+    meta["seconds"] = round(time.perf_counter() - t0, 1)
+    write_reports(args, suite, meta)
+
+    fails = [c for c in suite.cases if c["result"] == "FAIL"]
+    log("")
+    log(f"{'case':<70} result")
+    for c in suite.cases:
+        log(f"{c['group'] + ': ' + c['case']:<70} {c['result']}")
+    log(f"\n{len(suite.cases) - len(fails)} of {len(suite.cases)} cases pass, {len(fails)} fail "
+        f"({meta['seconds']} s)")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

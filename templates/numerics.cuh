@@ -75,12 +75,12 @@ XJ_HD u16 fp16_bits_from_float_model(float f) {
   return (u16)(sign | q);
 }
 
-// ---- fp16 -> float, exact --------------------------------------------------------------------
+// ---- fp16 -> float, exact; NaN becomes the canonical 0x7FFFFFFF (as cvt.f32.f16 does) --------
 XJ_HD float float_from_fp16_bits_model(u16 h) {
   u32 sign = (u32)(h & 0x8000u) << 16;
   u32 e = (h >> 10) & 0x1Fu;
   u32 m = h & 0x3FFu;
-  if (e == 0x1Fu) return bits_to_float(sign | 0x7F800000u | (m << 13) | (m ? 0x400000u : 0u));
+  if (e == 0x1Fu) return bits_to_float(m ? 0x7FFFFFFFu : (sign | 0x7F800000u));  // NaN: canonical
   if (e == 0) {
     if (m == 0) return bits_to_float(sign);
     u32 exp = 113u;  // normalise the subnormal: value = m * 2^-24
@@ -133,12 +133,16 @@ template <> struct Round<fp16> {
 // rT(v): round an fp32 value to the storage type T (identity for float).
 template <typename T> XJ_HD T round_to(float v) { return Round<T>::from(v); }
 
+// The GPU returns the canonical NaN 0x7FFFFFFF from every arithmetic instruction; x86 keeps an
+// input's payload (or makes 0xFFC00000). The host model follows the GPU.
+XJ_HD float canonical_nan_model(float v) { return v != v ? bits_to_float(0x7FFFFFFFu) : v; }
+
 // Single IEEE operations, round to nearest even, never contracted into an FMA.
 XJ_HD float mul(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
 #else
-  return a * b;  // host builds use -ffp-contract=off
+  return canonical_nan_model(a * b);  // host builds use -ffp-contract=off
 #endif
 }
 
@@ -146,7 +150,7 @@ XJ_HD float add(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fadd_rn(a, b);
 #else
-  return a + b;
+  return canonical_nan_model(a + b);
 #endif
 }
 

@@ -1,0 +1,173 @@
+// The exactjit command: every subcommand, its output, its exit codes (0 ok, 1 failed, 2 usage).
+#include "support/test_support.hpp"
+
+#include <llvm/Support/FileSystem.h>
+
+#include <regex>
+
+namespace exactjit {
+namespace {
+
+struct Cli {
+  test::TempDir cache;
+  std::vector<std::string> env() const { return {"EXACTJIT_CACHE_DIR=" + cache.path(), "EXACTJIT_CACHE_PATH=", "EXACTJIT_OFFLINE="}; }
+  test::CommandResult run(const std::vector<std::string>& args, std::vector<std::string> extra = {}) const {
+    std::vector<std::string> e = env();
+    e.insert(e.end(), extra.begin(), extra.end());
+    return test::run_command(EXACTJIT_CLI, args, e);
+  }
+};
+
+TEST(Cli, HelpAndUsageErrors) {
+  Cli cli;
+  const auto help = cli.run({"--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* word : {"prewarm", "inspect", "cache", "info", "selftest", "Exit codes"})
+    EXPECT_NE(help.out.find(word), std::string::npos) << word;
+  const auto sub_help = cli.run({"prewarm", "--help"});
+  EXPECT_EQ(sub_help.exit_code, 0);
+  EXPECT_NE(sub_help.out.find("--table-stride"), std::string::npos);
+
+  EXPECT_EQ(cli.run({}).exit_code, 2);
+  EXPECT_EQ(cli.run({"frobnicate"}).exit_code, 2);
+  EXPECT_EQ(cli.run({"prewarm", "--no-such-flag"}).exit_code, 2);
+  const auto bad_dtype = cli.run({"prewarm", "--op", "gate_residual", "--dtype", "fp8"});
+  EXPECT_EQ(bad_dtype.exit_code, 2);
+  EXPECT_NE(bad_dtype.err.find("unknown dtype 'fp8'"), std::string::npos) << bad_dtype.err;
+  const auto bad_op = cli.run({"inspect", "--op", "softmax"});
+  EXPECT_EQ(bad_op.exit_code, 2);
+  EXPECT_NE(bad_op.err.find("unknown op 'softmax'"), std::string::npos);
+  const auto bad_stride = cli.run({"prewarm", "--op", "gate_residual", "--hidden", "64", "--table-stride", "32"});
+  EXPECT_EQ(bad_stride.exit_code, 2);
+  EXPECT_NE(bad_stride.err.find("table stride must be >= hidden"), std::string::npos) << bad_stride.err;
+  EXPECT_EQ(cli.run({"prewarm", "--arch", "banana"}).exit_code, 2);
+  EXPECT_EQ(cli.run({"inspect", "--emit", "assembly"}).exit_code, 2);
+  EXPECT_EQ(cli.run({"cache", "shred"}).exit_code, 2);
+  EXPECT_EQ(cli.run({"cache"}).exit_code, 2);
+}
+
+TEST(Cli, PrewarmDefaultCatalogThenEverythingIsCached) {
+  Cli cli;
+  const auto first = cli.run({"prewarm", "--arch", "sm_90", "-j", "2"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_TRUE(std::regex_search(first.out, std::regex("prewarm: 24 kernels: 24 compiled, 0 cached, 0 failed in [0-9.]+ s \\(-j 2\\)")))
+      << first.out;
+  EXPECT_NE(first.err.find("[24/24]"), std::string::npos) << first.err;  // progress
+  const auto second = cli.run({"prewarm", "--arch", "sm_90", "--quiet"});
+  EXPECT_EQ(second.exit_code, 0);
+  EXPECT_NE(second.out.find("24 kernels: 0 compiled, 24 cached, 0 failed"), std::string::npos) << second.out;
+  EXPECT_TRUE(second.err.empty()) << second.err;
+}
+
+TEST(Cli, PrewarmFromManifestFile) {
+  Cli cli;
+  test::write_text(cli.cache / "specs.json",
+                   R"([{"op": "gate_residual", "hidden": 3072, "dtype": "fp32", "arch": "sm_80"},
+                       {"op": "gate_residual", "hidden": 64, "dtype": "bf16", "table_stride": 128}])");
+  const auto result = cli.run({"prewarm", "--manifest", cli.cache / "specs.json", "--arch", "sm_90", "--quiet"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_NE(result.out.find("8 kernels: 8 compiled"), std::string::npos) << result.out;
+  const auto ls = cli.run({"cache", "ls"});
+  EXPECT_NE(ls.out.find("hidden=3072 table_stride=18432 vec=4 index=int64 target=sm_80"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("hidden=64 table_stride=128 vec=8 index=int32 target=sm_90"), std::string::npos) << ls.out;
+  test::write_text(cli.cache / "bad.json", R"([{"op": "gate_residual", "colour": "blue"}])");
+  const auto bad = cli.run({"prewarm", "--manifest", cli.cache / "bad.json"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("unknown or mistyped field 'colour'"), std::string::npos) << bad.err;
+}
+
+TEST(Cli, PrewarmOfflineIsAUsageError) {
+  Cli cli;
+  const auto result = cli.run({"prewarm"}, {"EXACTJIT_OFFLINE=1"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_NE(result.err.find("EXACTJIT_OFFLINE"), std::string::npos);
+}
+
+TEST(Cli, InspectEmitsEveryView) {
+  Cli cli;
+  const std::vector<std::string> spec = {"inspect", "--op", "gate_residual", "--hidden", "5376", "--dtype", "bf16",
+                                         "--table-stride", "32256", "--arch", "sm_90"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = spec;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return cli.run(args);
+  };
+  const auto source = with({"--emit", "source"});
+  EXPECT_EQ(source.exit_code, 0);
+  EXPECT_NE(source.out.find("constexpr int kHidden = 5376;"), std::string::npos);
+  EXPECT_NE(source.out.find("#define XJ_ENTRY gate_residual_bf16_h5376_ts32256_v8_i64_sm90_"), std::string::npos);
+  const auto scalar = with({"--vec", "1", "--index-type", "int32"});
+  EXPECT_NE(scalar.out.find("#define XJ_ENTRY gate_residual_bf16_h5376_ts32256_v1_i32_sm90_"), std::string::npos);
+  const auto options = with({"--emit", "options"});
+  EXPECT_EQ(options.out, "--gpu-architecture=sm_90\n--std=c++17\n--fmad=false\n--prec-div=true\n--prec-sqrt=true\n--ftz=false\n");
+  const auto key = with({"--emit", "key"});
+  EXPECT_EQ(key.exit_code, 0);
+  EXPECT_TRUE(std::regex_search(key.out, std::regex("source key:  [0-9a-f]{64}\ncompiler:    nvrtc-[0-9.]+-[0-9a-f]{8}\ncontent key: [0-9a-f]{64}")))
+      << key.out;
+  const auto ptx = with({"--emit", "ptx"});
+  EXPECT_EQ(ptx.exit_code, 0);
+  EXPECT_NE(ptx.out.find(".entry gate_residual_bf16_h5376_ts32256_v8_i64_sm90_"), std::string::npos);
+  const auto manifest = with({"--emit", "manifest"});
+  EXPECT_EQ(manifest.exit_code, 0) << manifest.err;
+  EXPECT_NE(manifest.out.find("\"format\": \"exactjit-cache-1\""), std::string::npos);
+  const auto bad_vec = with({"--vec", "3"});
+  EXPECT_EQ(bad_vec.exit_code, 2);
+}
+
+TEST(Cli, CacheSubcommands) {
+  Cli cli;
+  ASSERT_EQ(cli.run({"prewarm", "--op", "gate_residual", "--dtype", "fp16", "--arch", "sm_90", "--quiet"}).exit_code, 0);
+  const auto ls = cli.run({"cache", "ls"});
+  EXPECT_EQ(ls.exit_code, 0);
+  EXPECT_EQ(std::count(ls.out.begin(), ls.out.end(), '\n'), 4) << ls.out;
+  const auto stat = cli.run({"cache", "stat"});
+  EXPECT_NE(stat.out.find("(4 entries"), std::string::npos) << stat.out;
+  EXPECT_EQ(cli.run({"cache", "verify"}).exit_code, 0);
+
+  // Corrupt one cubin: verify names it and fails; the next prewarm rebuilds it and reports it.
+  std::string cubin;
+  std::error_code ec;
+  for (llvm::sys::fs::recursive_directory_iterator it(cli.cache.path(), ec), end; it != end && !ec; it.increment(ec))
+    if (llvm::StringRef(it->path()).endswith("kernel.cubin")) cubin = it->path();
+  ASSERT_FALSE(cubin.empty());
+  test::write_text(cubin, "not an ELF");
+  const auto verify = cli.run({"cache", "verify"});
+  EXPECT_EQ(verify.exit_code, 1);
+  EXPECT_NE(verify.out.find("BAD"), std::string::npos);
+  EXPECT_NE(verify.out.find("verify: 4 entries, 1 bad"), std::string::npos) << verify.out;
+  const auto rebuild = cli.run({"prewarm", "--op", "gate_residual", "--dtype", "fp16", "--arch", "sm_90", "--quiet"});
+  EXPECT_EQ(rebuild.exit_code, 0);
+  EXPECT_NE(rebuild.out.find("1 compiled, 3 cached"), std::string::npos) << rebuild.out;
+  EXPECT_NE(rebuild.err.find("bad cache entry"), std::string::npos) << rebuild.err;
+  EXPECT_EQ(cli.run({"cache", "verify"}).exit_code, 0);
+
+  const auto prune = cli.run({"cache", "prune", "--policy", "cache_size_bytes=1"});
+  EXPECT_EQ(prune.exit_code, 0);
+  EXPECT_NE(prune.out.find("prune: removed 4 entries"), std::string::npos) << prune.out;
+  EXPECT_EQ(cli.run({"cache", "prune", "--policy", "nonsense"}).exit_code, 2);
+  const auto clear = cli.run({"cache", "clear"});
+  EXPECT_EQ(clear.exit_code, 0);
+  EXPECT_NE(clear.out.find("clear: removed"), std::string::npos);
+}
+
+TEST(Cli, InfoNamesCompilerAndCacheDirectories) {
+  Cli cli;
+  const auto info = cli.run({"info"}, {"EXACTJIT_CACHE_PATH=/opt/shipped:/srv/more"});
+  EXPECT_EQ(info.exit_code, 0);
+  EXPECT_NE(info.out.find("nvrtc:     13."), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("sm_90"), std::string::npos);
+  EXPECT_NE(info.out.find("driver:"), std::string::npos);
+  EXPECT_NE(info.out.find(cli.cache.path() + " (writable)"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("/opt/shipped (read-only)"), std::string::npos);
+  EXPECT_NE(info.out.find("/srv/more (read-only)"), std::string::npos);
+}
+
+TEST(Cli, SelftestWithoutGpuSaysSoAndFails) {
+  Cli cli;
+  const auto result = cli.run({"selftest"}, {"EXACTJIT_CUDA_LIBRARY=/nonexistent/libcuda.so.1"});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find("needs a CUDA driver and a GPU"), std::string::npos) << result.err;
+}
+
+}  // namespace
+}  // namespace exactjit

@@ -1,0 +1,101 @@
+// Every catalog spec compiles with NVRTC for sm_80, sm_90 and sm_100; the PTX shows the exact-math
+// policy (gate_residual: no fma at all, nothing .approx or .ftz, RNE conversions); a compile
+// failure names the spec and carries NVRTC's log and the options.
+#include "codegen/geometry.hpp"
+#include "codegen/render.hpp"
+#include "kernels/catalog.hpp"
+#include "runtime/errors.hpp"
+#include "runtime/nvrtc.hpp"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+
+namespace exactjit {
+namespace {
+
+const Nvrtc& nvrtc() {
+  auto loaded = Nvrtc::get();
+  if (!loaded) {
+    ADD_FAILURE() << llvm::toString(loaded.takeError());
+    std::abort();
+  }
+  return **loaded;
+}
+
+size_t count(const std::string& text, const std::regex& pattern) {
+  return static_cast<size_t>(std::distance(std::sregex_iterator(text.begin(), text.end(), pattern), std::sregex_iterator()));
+}
+
+class CatalogCompile : public ::testing::TestWithParam<int> {};
+
+TEST_P(CatalogCompile, EverySpecCompilesToACubin) {
+  for (const KernelSpec& spec : default_catalog(Target{GetParam(), false})) {
+    auto output = nvrtc().compile(codegen::render(spec));
+    ASSERT_TRUE(static_cast<bool>(output)) << llvm::toString(output.takeError());
+    EXPECT_FALSE(output->is_ptx);
+    ASSERT_GT(output->image.size(), 4u);
+    EXPECT_EQ(output->image.substr(0, 4), std::string("\x7f" "ELF", 4)) << spec.describe();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, CatalogCompile, ::testing::Values(80, 90, 100));
+
+TEST(PtxAudit, GateResidualHasNoFmaNoApproxNoFtz) {
+  const std::regex fma("\\bfma\\.|\\bmad\\.");
+  const std::regex approx("\\.approx");
+  const std::regex ftz("\\.ftz");
+  for (const KernelSpec& spec : default_catalog(Target{90, false})) {
+    auto ptx = nvrtc().ptx(codegen::render(spec));
+    ASSERT_TRUE(static_cast<bool>(ptx)) << llvm::toString(ptx.takeError());
+    EXPECT_EQ(count(*ptx, fma), 0u) << spec.describe();
+    EXPECT_EQ(count(*ptx, approx), 0u) << spec.describe();
+    EXPECT_EQ(count(*ptx, ftz), 0u) << spec.describe();
+    // Exactly one multiply and one add per element, each rounded to nearest even.
+    const codegen::RowGeometry g = codegen::row_geometry(spec);
+    const size_t steps = static_cast<size_t>((spec.hidden / spec.vec + g.threads_per_row - 1) / g.threads_per_row);
+    const size_t per_thread_elements = steps * static_cast<size_t>(spec.vec);  // fully unrolled
+    EXPECT_EQ(count(*ptx, std::regex("\\bmul\\.rn\\.f32")), per_thread_elements) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("\\badd\\.rn\\.f32")), per_thread_elements) << spec.describe();
+    if (spec.dtype == DType::BF16) {
+      EXPECT_GT(count(*ptx, std::regex("cvt\\.rn\\.bf16\\.f32")), 0u);
+    }
+    if (spec.dtype == DType::F16) {
+      EXPECT_GT(count(*ptx, std::regex("cvt\\.rn\\.f16\\.f32")), 0u);
+    }
+    if (spec.vec > 1) {
+      EXPECT_GT(count(*ptx, std::regex("ld\\.global\\.nc\\.L1::no_allocate\\.v4")), 0u);
+    }
+  }
+}
+
+TEST(PtxAudit, PtxTargetCompilesToPtxText) {
+  KernelSpec spec = default_catalog(Target{90, true}).front();
+  auto output = nvrtc().compile(codegen::render(spec));
+  ASSERT_TRUE(static_cast<bool>(output)) << llvm::toString(output.takeError());
+  EXPECT_TRUE(output->is_ptx);
+  EXPECT_NE(output->image.find(".target sm_90"), std::string::npos);
+}
+
+TEST(CompileErrors, NameTheSpecAndCarryTheLogAndOptions) {
+  KernelSource broken = codegen::render(default_catalog(Target{90, false}).front());
+  broken.text += "\nthis is not CUDA;\n";
+  auto output = nvrtc().compile(broken);
+  ASSERT_FALSE(static_cast<bool>(output));
+  const ErrorReport report = take_error(output.takeError());
+  EXPECT_EQ(report.code, ErrorCode::CompileFailed);
+  EXPECT_NE(report.message.find(broken.spec.describe()), std::string::npos) << report.message;
+  EXPECT_NE(report.message.find("--fmad=false"), std::string::npos) << report.message;
+  EXPECT_NE(report.message.find("error"), std::string::npos) << report.message;  // NVRTC's log
+}
+
+TEST(Nvrtc, IdentityNamesVersionAndBuild) {
+  const CompilerIdentity& id = nvrtc().identity();
+  EXPECT_GE(id.major, 12);
+  EXPECT_GT(id.library_size, 0u);
+  EXPECT_TRUE(std::regex_match(id.tag(), std::regex("nvrtc-[0-9]+\\.[0-9]+-[0-9a-f]{8}"))) << id.tag();
+  EXPECT_FALSE(nvrtc().supported_archs().empty());
+}
+
+}  // namespace
+}  // namespace exactjit

@@ -1,0 +1,91 @@
+// Kernel cache concurrency and cold start: threads asking for one missing kernel compile it once;
+// processes racing on one empty directory all succeed and leave one valid entry per kernel; a
+// fresh process that finds its kernel on disk never loads NVRTC.
+#include "codegen/render.hpp"
+#include "kernels/catalog.hpp"
+#include "runtime/disk_cache.hpp"
+#include "runtime/kernel_cache.hpp"
+#include "support/test_support.hpp"
+
+#include <llvm/Support/FileSystem.h>
+#include <llvm/Support/Program.h>
+
+#include <atomic>
+#include <thread>
+
+namespace exactjit {
+namespace {
+
+CacheConfig writable(const std::string& dir) {
+  CacheConfig config;
+  config.writable_dir = dir;
+  return config;
+}
+
+TEST(KernelCache, ThreadsShareOneCompile) {
+  test::TempDir dir;
+  KernelCache cache(writable(dir.path()));
+  const KernelSource source =
+      codegen::render(spec_family(Op::GateResidual, DType::F16, 1024, 6 * 1024, Target{90, false}).front());
+  std::atomic<int> compiled{0}, memory{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      auto lookup = cache.get(source);
+      if (!lookup) {
+        llvm::consumeError(lookup.takeError());
+        failed++;
+      } else if (lookup->origin == Origin::Compiled) {
+        compiled++;
+      } else if (lookup->origin == Origin::Memory) {
+        memory++;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(compiled.load(), 1);
+  EXPECT_EQ(memory.load(), 7);
+}
+
+TEST(KernelCache, RacingProcessesLeaveOneValidEntryEach) {
+  test::TempDir dir;
+  std::vector<llvm::sys::ProcessInfo> processes;
+  const std::string cli = EXACTJIT_CLI;
+  const std::string cache_dir = dir.path();
+  const llvm::StringRef argv[] = {cli, "prewarm", "--op", "gate_residual", "--dtype", "bf16", "--hidden", "2048",
+                                  "--arch", "sm_90", "-j", "2", "--quiet", "--cache-dir", cache_dir};
+  for (int p = 0; p < 4; ++p) processes.push_back(llvm::sys::ExecuteNoWait(cli, argv, llvm::None));
+  for (llvm::sys::ProcessInfo& info : processes) {
+    const llvm::sys::ProcessInfo done = llvm::sys::Wait(info, /*SecondsToWait=*/0, /*WaitUntilChildTerminates=*/true);
+    EXPECT_EQ(done.ReturnCode, 0);
+  }
+  const std::vector<EntryStatus> entries = DiskCache(writable(dir.path())).scan(true);
+  EXPECT_EQ(entries.size(), 4u);  // int64/int32 x 16-byte/scalar
+  for (const EntryStatus& e : entries) EXPECT_TRUE(e.problem.empty()) << e.directory << ": " << e.problem;
+  // No temporary folders left behind.
+  std::error_code ec;
+  for (llvm::sys::fs::recursive_directory_iterator it(dir.path(), ec), end; it != end && !ec; it.increment(ec))
+    EXPECT_EQ(it->path().find("/.tmp-"), std::string::npos) << it->path();
+}
+
+TEST(KernelCache, DiskHitInAFreshProcessNeverLoadsNvrtc) {
+  test::TempDir dir;
+  const test::CommandResult prewarm = test::run_command(
+      EXACTJIT_CLI, {"prewarm", "--op", "gate_residual", "--dtype", "bf16", "--arch", "sm_90", "--quiet"},
+      {"EXACTJIT_CACHE_DIR=" + dir.path()});
+  ASSERT_EQ(prewarm.exit_code, 0) << prewarm.err;
+  const std::string stride = std::to_string(6 * kDefaultHidden);
+  const test::CommandResult probe =
+      test::run_command(EXACTJIT_CACHE_PROBE, {"bf16", stride}, {"EXACTJIT_CACHE_DIR=" + dir.path()});
+  ASSERT_EQ(probe.exit_code, 0) << probe.out << probe.err;
+  EXPECT_NE(probe.out.find("origin disk nvrtc_loaded 0 nvrtc_mapped 0"), std::string::npos) << probe.out;
+  // And a miss does load it (the probe can tell the difference).
+  test::TempDir empty;
+  const test::CommandResult miss =
+      test::run_command(EXACTJIT_CACHE_PROBE, {"bf16", stride}, {"EXACTJIT_CACHE_DIR=" + empty.path()});
+  EXPECT_NE(miss.out.find("origin compiled nvrtc_loaded 1 nvrtc_mapped 1"), std::string::npos) << miss.out;
+}
+
+}  // namespace
+}  // namespace exactjit

@@ -1,0 +1,162 @@
+// gate_residual host validation: every rule gives InvalidArgument with a message naming the op,
+// the argument and the rule; valid calls get the right spec (vector width from alignment, table
+// stride from the view, index type) and geometry. Planning touches no memory, so fake device
+// addresses suffice.
+#include "kernels/gate_residual.hpp"
+#include "runtime/errors.hpp"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace exactjit {
+namespace {
+
+struct FakeTensor {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
+  DLTensor t{};
+  FakeTensor(uint64_t address, std::vector<int64_t> dims, DLDataType dtype, std::vector<int64_t> stride = {})
+      : shape(std::move(dims)), strides(std::move(stride)) {
+    t.data = reinterpret_cast<void*>(address);
+    t.device = {kDLCUDA, 0};
+    t.ndim = static_cast<int>(shape.size());
+    t.dtype = dtype;
+    t.shape = shape.data();
+    t.strides = strides.empty() ? nullptr : strides.data();
+  }
+};
+
+constexpr DLDataType kBF16{kDLBfloat, 16, 1};
+constexpr DLDataType kF32{kDLFloat, 32, 1};
+constexpr DLDataType kI64{kDLInt, 64, 1};
+constexpr DLDataType kI32{kDLInt, 32, 1};
+constexpr int64_t H = 5376;
+constexpr uint64_t GiB = 1ull << 30;
+
+struct Call {
+  FakeTensor residual{1 * GiB, {2, 7, H}, kBF16};
+  FakeTensor gate{2 * GiB + 2 * H * 2, {9, H}, kBF16, {6 * H, 1}};  // chunk 2 of a (9, 6H) table
+  FakeTensor index{3 * GiB, {7}, kI64};
+  FakeTensor y{4 * GiB, {2, 7, H}, kBF16};
+  FakeTensor out{5 * GiB, {2, 7, H}, kBF16};
+  llvm::Expected<LaunchPlan> plan() { return plan_gate_residual({residual.t, gate.t, index.t, y.t, out.t}); }
+};
+
+std::string invalid_message(llvm::Expected<LaunchPlan> plan) {
+  if (plan) return "accepted";
+  ErrorReport report = take_error(plan.takeError());
+  EXPECT_EQ(report.code, ErrorCode::InvalidArgument) << report.message;
+  EXPECT_EQ(report.message.rfind("gate_residual: ", 0), 0u) << report.message;
+  return report.message;
+}
+
+TEST(GateResidualValidation, AcceptsTheH3BlockCall) {
+  Call call;
+  auto plan = call.plan();
+  ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
+  EXPECT_EQ(plan->spec.hidden, H);
+  EXPECT_EQ(plan->spec.table_stride, 6 * H);
+  EXPECT_EQ(plan->spec.vec, 8);
+  EXPECT_EQ(plan->spec.index, IndexType::I64);
+  EXPECT_EQ(plan->grid, 14u);  // one row per block
+  EXPECT_EQ(plan->threads, 224u);
+  EXPECT_EQ(plan->param_count, 8);
+  EXPECT_EQ(plan->params[1], 2 * GiB + 2 * H * 2);
+  EXPECT_EQ(plan->params[5], 14u);  // rows
+  EXPECT_EQ(plan->params[6], 7u);   // S
+  EXPECT_EQ(plan->params[7], 9u);   // R
+}
+
+TEST(GateResidualValidation, MisalignedPointerSelectsScalarPath) {
+  Call call;
+  call.y.t.byte_offset = 2;  // one bf16 element
+  call.residual.t.byte_offset = 2;
+  call.out.t.byte_offset = 2;
+  auto plan = call.plan();
+  ASSERT_TRUE(static_cast<bool>(plan));
+  EXPECT_EQ(plan->spec.vec, 1);
+  EXPECT_EQ(plan->params[0], 1 * GiB + 2);
+}
+
+TEST(GateResidualValidation, OddTableStrideSelectsScalarPath) {
+  Call call;
+  call.gate.strides[0] = 6 * H + 1;
+  auto plan = call.plan();
+  ASSERT_TRUE(static_cast<bool>(plan));
+  EXPECT_EQ(plan->spec.vec, 1);
+  EXPECT_EQ(plan->spec.table_stride, 6 * H + 1);
+}
+
+TEST(GateResidualValidation, SingleRowTableStrideIsCanonical) {
+  Call call;
+  call.gate.shape[0] = 1;
+  call.gate.strides[0] = 12345;
+  auto plan = call.plan();
+  ASSERT_TRUE(static_cast<bool>(plan));
+  EXPECT_EQ(plan->spec.table_stride, H);
+}
+
+TEST(GateResidualValidation, Int32IndexAnd2DActivations) {
+  Call call;
+  call.index.t.dtype = kI32;
+  for (FakeTensor* t : {&call.residual, &call.y, &call.out}) {
+    t->shape = {14, H};
+    t->t.ndim = 2;
+    t->t.shape = t->shape.data();
+  }
+  auto plan = call.plan();
+  ASSERT_TRUE(static_cast<bool>(plan));
+  EXPECT_EQ(plan->spec.index, IndexType::I32);
+}
+
+TEST(GateResidualValidation, InPlaceIsAllowed) {
+  Call call;
+  call.out.t.data = call.residual.t.data;
+  EXPECT_TRUE(static_cast<bool>(call.plan()));
+}
+
+TEST(GateResidualValidation, EmptyBatchLaunchesNothing) {
+  Call call;
+  for (FakeTensor* t : {&call.residual, &call.y, &call.out}) t->shape[0] = 0;
+  auto plan = call.plan();
+  ASSERT_TRUE(static_cast<bool>(plan));
+  EXPECT_EQ(plan->grid, 0u);
+}
+
+TEST(GateResidualValidation, RefusesEachBrokenRuleByName) {
+  struct Case {
+    const char* expect;
+    void (*mutate)(Call&);
+  };
+  const Case cases[] = {
+      {"residual must be a CUDA device tensor", [](Call& c) { c.residual.t.device.device_type = kDLCPU; }},
+      {"y is on CUDA device 1 but residual is on device 0", [](Call& c) { c.y.t.device.device_id = 1; }},
+      {"gate must have residual's dtype bf16 (got fp32)", [](Call& c) { c.gate.t.dtype = kF32; }},
+      {"out must have residual's dtype", [](Call& c) { c.out.t.dtype = kF32; }},
+      {"residual must be bfloat16, float16 or float32", [](Call& c) { c.residual.t.dtype = kI32; }},
+      {"index must be int32 or int64", [](Call& c) { c.index.t.dtype = kBF16; }},
+      {"y must have residual's shape", [](Call& c) { c.y.shape[1] = 8; }},
+      {"residual must be (M, H) or (B, S, H)", [](Call& c) { c.residual.t.ndim = 1; }},
+      {"gate must be (R, 5376)", [](Call& c) { c.gate.shape[1] = 5375; }},
+      {"gate must have unit column stride", [](Call& c) { c.gate.strides[1] = 2; }},
+      {"gate row stride must be >= H", [](Call& c) { c.gate.strides[0] = H - 8; }},
+      {"index length S = 5 must divide", [](Call& c) { c.index.shape[0] = 5; for (FakeTensor* t : {&c.residual, &c.y, &c.out}) { t->shape = {14, H}; t->t.ndim = 2; t->t.shape = t->shape.data(); } }},
+      {"index length 14 must equal residual's S dimension 7", [](Call& c) { c.index.shape[0] = 14; }},
+      {"index must be (S,) with S >= 1", [](Call& c) { c.index.shape[0] = 0; }},
+      {"residual must be contiguous", [](Call& c) { c.residual.strides = {7 * H, H, 2}; c.residual.t.strides = c.residual.strides.data(); }},
+      {"out must not overlap gate", [](Call& c) { c.out.t.data = reinterpret_cast<void*>(2 * GiB); }},
+      {"out must be residual itself or not overlap it", [](Call& c) { c.out.t.byte_offset = 2 * H * 2; c.out.t.data = c.residual.t.data; }},
+      {"y must be aligned to its element size", [](Call& c) { c.y.t.byte_offset = 1; }},
+      {"index has a null data pointer", [](Call& c) { c.index.t.data = nullptr; }},
+  };
+  for (const Case& c : cases) {
+    Call call;
+    c.mutate(call);
+    const std::string message = invalid_message(call.plan());
+    EXPECT_NE(message.find(c.expect), std::string::npos) << "expected '" << c.expect << "' in: " << message;
+  }
+}
+
+}  // namespace
+}  // namespace exactjit

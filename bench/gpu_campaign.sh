@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One GPU campaign on the device machine: GPU test suite, compute-sanitizer on it, the CLI
+# self-test, PyTorch parity, benchmarks. Binaries come prebuilt in .carry/ (built on the CPU
+# machine); reports go to $OUT, logs to $OUT/logs.tgz. Prints a short table last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-/tmp/out}"
+LOGS="$OUT/logs"
+mkdir -p "$LOGS"
+export PYTHONUNBUFFERED=1 EXACTJIT_CACHE_DIR=/tmp/xj-cache EXACTJIT_LIBRARY="$PWD/.carry/libexactjit.so"
+summary=()
+step() {  # step NAME LOG COMMAND...
+  local name=$1 log=$2
+  shift 2
+  local start=$SECONDS
+  "$@" >"$LOGS/$log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-22s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - start))" "$log")")
+  tail -n 3 "$LOGS/$log"
+}
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; ./.carry/exactjit info; git rev-parse HEAD 2>/dev/null; } >"$OUT/info.txt" 2>&1
+step prewarm prewarm.log ./.carry/exactjit prewarm -j 16
+step gpu-tests gpu_tests.log ./.carry/exactjit_gpu_tests
+step sanitizer sanitizer.log compute-sanitizer --tool memcheck --error-exitcode 9 ./.carry/exactjit_gpu_tests \
+  --gtest_filter='Gpu.BadIndex*:Gpu.GateResidualOther*'
+step selftest selftest.log ./.carry/exactjit selftest
+step parity parity.log python3 tests/gpu/parity_torch.py --report "$OUT/parity.md" --json "$OUT/parity.json"
+step bench bench.log python3 bench/bench_gate_residual.py --report "$OUT/bench.md" --json "$OUT/bench.json"
+cat "$OUT/bench.md" 2>/dev/null
+tar -C "$OUT" -czf "$OUT/logs.tgz" logs && rm -rf "$LOGS"  # at most 8 files come back
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian/Ubuntu packages), configures and builds exactjit into build/.
+# The CUDA toolkit (NVRTC and headers) is required and not an apt package: point
+# CUDAToolkit_ROOT at it if it is not in /usr/local/cuda.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(cmake ninja-build g++ llvm-14-dev libgtest-dev libfmt-dev libdlpack-dev python3)
+missing=()
+for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cuda_root="${CUDAToolkit_ROOT:-/usr/local/cuda}"
+if [ ! -f "$cuda_root/include/nvrtc.h" ]; then
+  echo "setup: the CUDA toolkit (nvrtc.h) is not in $cuda_root; set CUDAToolkit_ROOT" >&2
+  exit 1
+fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUDAToolkit_ROOT="$cuda_root" >/dev/null
+ninja -C build

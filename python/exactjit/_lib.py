@@ -15,7 +15,6 @@ the next one, so a broken build is never hidden by an older library elsewhere.
 import ctypes
 import os
 
-from ._dlpack import DLTensor
 from ._errors import error_for
 
 LIBRARY_NAME = "libexactjit.so"
@@ -68,7 +67,7 @@ def _load():
 def _declare(lib):
     """Gives every entry point its C signature, so ctypes converts and checks arguments."""
     c_int, c_void_p, c_char_p = ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p
-    tensor = ctypes.POINTER(DLTensor)
+    tensor = c_void_p  # const DLTensor*: addresses from _dlpack.pack()
     signatures = {
         "xj_version": (c_char_p, []),
         "xj_last_error": (c_char_p, []),
@@ -81,7 +80,8 @@ def _declare(lib):
         try:
             fn = getattr(lib, name)
         except AttributeError:
-            raise ImportError(f"exactjit: {library_path} lacks {name}; is it an older build?") from None
+            raise ImportError(
+                f"exactjit: {library_path} lacks {name}; is it an older build?") from None
         fn.restype, fn.argtypes = restype, argtypes
 
 

@@ -13,16 +13,23 @@ import os
 import sys
 
 from . import _lib
-from ._dlpack import from_torch
+from ._dlpack import pack
 from ._errors import invalid_argument
 
 _torch = None
+_current_stream = None  # device index -> CUstream of torch's current stream there, as an int
+_GATE_RESIDUAL_ARGS = ("residual", "gate", "index", "y", "out")
 
 
 def _import_torch():
-    global _torch
+    global _torch, _current_stream
     if _torch is None:
         import torch
+        # NOTE: torch._C._cuda_getCurrentRawStream is what Inductor's generated code calls before
+        # each launch; it costs a tenth of torch.cuda.current_stream(), which builds a Stream
+        # object. The public call is the fallback should the private one ever go away.
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _current_stream = raw or (lambda device: torch.cuda.current_stream(device).cuda_stream)
         _torch = torch
     return _torch
 
@@ -118,12 +125,12 @@ class Runtime:
             raise invalid_argument(
                 "gate_residual: an input requires grad but exactjit has no backward for this op "
                 "yet; call it under torch.no_grad() / torch.inference_mode() or detach the inputs")
-        stream = (torch.cuda.current_stream(residual.get_device()).cuda_stream
-                  if residual.is_cuda else None)
-        status = _lib.lib.xj_gate_residual(
-            self._live(), from_torch(torch, residual, "residual"), from_torch(torch, gate, "gate"),
-            from_torch(torch, index, "index"), from_torch(torch, y, "y"),
-            from_torch(torch, out, "out"), stream)
+        stream = _current_stream(residual.get_device()) if residual.is_cuda else None
+        # `packed` owns the DLTensors and their shape arrays: it must outlive the call.
+        packed, tensors = pack(torch, "gate_residual", _GATE_RESIDUAL_ARGS,
+                               (residual, gate, index, y, out))
+        status = _lib.lib.xj_gate_residual(self._live(), *tensors, stream)
+        del packed
         _lib.check(status, "xj_gate_residual")
         return out
 
@@ -142,7 +149,7 @@ class Runtime:
                 raise invalid_argument(f"synchronize: {device} is not a CUDA device")
             device_index = torch.cuda.current_device() if device.index is None else device.index
         if stream is None:
-            stream = torch.cuda.current_stream(device_index).cuda_stream
+            stream = _current_stream(device_index)
         elif isinstance(stream, torch.cuda.Stream):
             stream = stream.cuda_stream
         _lib.check(_lib.lib.xj_synchronize(self._live(), device_index, stream), "xj_synchronize")

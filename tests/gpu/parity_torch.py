@@ -68,7 +68,7 @@ class Data:
 
 
 def table_view(data, kind, h, dtype):
-    """(R, H) gate view with unit column stride, and its row stride in elements."""
+    """An (R, H) gate view with unit column stride, cut from a wider table as the model does."""
     if kind == "6H":  # block table (T, 18H) -> (3T, 6H), chunk 2 (gate_msa)
         table = data.rows((T, 18 * h), dtype, row_len=6 * h).view(3 * T, 6 * h)
         return table[:, 2 * h:3 * h]
@@ -120,8 +120,9 @@ def compare(got, ref):
     unwritten = int((g == -1).sum())
     first = int(diff.nonzero()[0, 0])
     mask = (1 << (16 if bits == torch.int16 else 32)) - 1
+    got_bits, want_bits = int(g[first]) & mask, int(r[first]) & mask
     return False, (f"{n}/{g.numel()} elements differ ({unwritten} still poisoned); first at "
-                   f"flat {first}: got 0x{int(g[first]) & mask:x}, eager 0x{int(r[first]) & mask:x}")
+                   f"flat {first}: got 0x{got_bits:x}, eager 0x{want_bits:x}")
 
 
 class Suite:
@@ -227,7 +228,7 @@ def expect_error(xj, code, call, mention=None):
         if not msg.strip():
             return False, f"code {code} at {where} but an empty message"
         if mention and mention not in msg:
-            return False, f"code {code} at {where} but the message does not mention {mention!r}: {msg}"
+            return False, f"code {code} at {where}, message lacks {mention!r}: {msg}"
         return True, f"code {code} at {where}: {msg[:200]}"
     return False, "no exactjit.Error raised"
 
@@ -378,14 +379,14 @@ def main():
     meta["seconds"] = round(time.perf_counter() - t0, 1)
     write_reports(args, suite, meta)
 
-    fails = [c for c in suite.cases if c["result"] == "FAIL"]
     log("")
     log(f"{'case':<70} result")
     for c in suite.cases:
         log(f"{c['group'] + ': ' + c['case']:<70} {c['result']}")
-    log(f"\n{len(suite.cases) - len(fails)} of {len(suite.cases)} cases pass, {len(fails)} fail "
-        f"({meta['seconds']} s)")
-    return 1 if fails else 0
+    n = meta["summary"]
+    log(f"\nparity_torch.py took {meta['seconds']} s")
+    log(f"{n['passed']} passed, {n['failed']} failed, {n['skipped']} skipped")
+    return 1 if n["failed"] else 0
 
 
 if __name__ == "__main__":

@@ -18,12 +18,14 @@ step() {  # step NAME LOG COMMAND...
   summary+=("$(printf '%-22s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - start))" "$log")")
   tail -n 3 "$LOGS/$log"
 }
-{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; ./.carry/exactjit info; git rev-parse HEAD 2>/dev/null; } >"$OUT/info.txt" 2>&1
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; ./.carry/exactjit info; echo "commit: $(cat .carry/commit)"; } >"$OUT/info.txt" 2>&1
 step prewarm prewarm.log ./.carry/exactjit prewarm -j 16
 step gpu-tests gpu_tests.log ./.carry/exactjit_gpu_tests
 step sanitizer sanitizer.log compute-sanitizer --tool memcheck --error-exitcode 9 ./.carry/exactjit_gpu_tests \
   --gtest_filter='Gpu.BadIndex*:Gpu.GateResidualOther*'
 step selftest selftest.log ./.carry/exactjit selftest
+step tune tune.log ./.carry/tune_gate_residual 131072 30
+cat "$LOGS/tune.log"
 step parity parity.log python3 tests/gpu/parity_torch.py --report "$OUT/parity.md" --json "$OUT/parity.json"
 step bench bench.log python3 bench/bench_gate_residual.py --report "$OUT/bench.md" --json "$OUT/bench.json"
 cat "$OUT/bench.md" 2>/dev/null

@@ -1,0 +1,165 @@
+// exactjit tuning bench for gate_residual: times geometry and cache-hint variants of the generated
+// kernel at one shape (bf16, H = 5376, (3T, 6H) table view), against a device-to-device copy of the
+// same bytes, with CUDA events (median over rotating input sets larger than L2). Variants are the
+// generated source with its geometry constants rewritten, so the kernel body is the product's.
+//
+//   tune_gate_residual [S=131072] [reps=30]
+#include "codegen/render.hpp"
+#include "kernels/catalog.hpp"
+#include "runtime/device_buffer.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/nvrtc.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace exactjit;
+
+struct Variant {
+  std::string name;
+  int threads_per_row;
+  int rows_per_block;
+  int unroll;
+  bool hints = true;  // streaming load/store hints as generated
+};
+
+void die_on(llvm::Error err) {
+  if (err) {
+    fmt::print(stderr, "tune: {}\n", llvm::toString(std::move(err)));
+    std::exit(1);
+  }
+}
+template <typename T> T die_on(llvm::Expected<T> value) {
+  if (!value) die_on(value.takeError());
+  return std::move(*value);
+}
+
+void replace(std::string& text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  if (at == std::string::npos) {
+    fmt::print(stderr, "tune: '{}' not in the source\n", from);
+    std::exit(1);
+  }
+  text.replace(at, from.size(), to);
+}
+
+void replace_all(std::string& text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
+    text.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t seq = argc > 1 ? std::atoll(argv[1]) : 131072;
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 30;
+  const int64_t hidden = kDefaultHidden, table_rows = 9, stride = 6 * hidden;
+  const Driver& cu = *die_on(Driver::get());
+  const Nvrtc& nvrtc = *die_on(Nvrtc::get());
+  CUcontext ctx = die_on(primary_context(cu, 0));
+  ScopedContext scope(cu, ctx);
+
+  const size_t act_bytes = static_cast<size_t>(seq * hidden * 2);
+  constexpr int kSets = 2;  // 2 x 3 x act_bytes >> L2
+  std::vector<DeviceBuffer> residual, y, out;
+  std::vector<uint16_t> pattern(1 << 24);
+  uint64_t state = 12345;
+  for (uint16_t& v : pattern) {  // random finite bf16 values
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    v = static_cast<uint16_t>(((state >> 33) & 0x3FFF) | 0x3800 | ((state >> 20) & 0x8000));
+  }
+  auto filled = [&](size_t bytes) {
+    DeviceBuffer buffer = die_on(DeviceBuffer::allocate(cu, ctx, bytes));
+    for (size_t at = 0; at < bytes; at += pattern.size() * 2)
+      die_on(buffer.upload(pattern.data(), std::min(pattern.size() * 2, bytes - at), at));
+    return buffer;
+  };
+  for (int s = 0; s < kSets; ++s) {
+    residual.push_back(filled(act_bytes));
+    y.push_back(filled(act_bytes));
+    out.push_back(filled(act_bytes));
+  }
+  DeviceBuffer table = filled(static_cast<size_t>(table_rows * stride * 2));
+  std::vector<int64_t> index(static_cast<size_t>(seq));
+  for (int64_t s = 0; s < seq; ++s) index[s] = (s * 7 + 3) % table_rows;
+  DeviceBuffer d_index = die_on(DeviceBuffer::allocate(cu, ctx, index.size() * 8));
+  die_on(d_index.upload(index.data(), index.size() * 8));
+  DeviceBuffer errors = die_on(DeviceBuffer::allocate(cu, ctx, 32));
+  die_on(errors.fill(0));
+
+  CUevent start, stop;
+  cu.cuEventCreate(&start, CU_EVENT_DEFAULT);
+  cu.cuEventCreate(&stop, CU_EVENT_DEFAULT);
+  auto time_ms = [&](auto&& launch) {
+    for (int k = 0; k < 3; ++k) launch(k % kSets);
+    std::vector<float> times;
+    for (int k = 0; k < reps; ++k) {
+      cu.cuEventRecord(start, nullptr);
+      launch(k % kSets);
+      cu.cuEventRecord(stop, nullptr);
+      die_on(cu.check(cu.cuEventSynchronize(stop), "cuEventSynchronize"));
+      float ms = 0;
+      cu.cuEventElapsedTime(&ms, start, stop);
+      times.push_back(ms);
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  };
+
+  // Copy ceiling: read act_bytes + write act_bytes.
+  const float copy_ms = time_ms([&](int s) {
+    die_on(cu.check(cu.cuMemcpyDtoDAsync(out[s].address(), residual[s].address(), act_bytes, nullptr), "copy"));
+  });
+  const double copy_gbs = 2.0 * act_bytes / copy_ms / 1e6;
+  const double bytes = 3.0 * act_bytes + static_cast<double>(table_rows * hidden * 2);
+  fmt::print("S={} H={} bf16: copy {:.3f} ms = {:.0f} GB/s; gate_residual bytes {:.3f} GB, floor at copy rate {:.3f} ms\n",
+             seq, hidden, copy_ms, copy_gbs, bytes / 1e9, bytes / copy_gbs / 1e6);
+
+  const KernelSpec spec = spec_family(Op::GateResidual, DType::BF16, hidden, stride, Target{90, false}).front();
+  const std::vector<Variant> variants = {
+      {"generated (224x1, unroll 3)", 224, 1, 3},
+      {"224 threads, unroll 1", 224, 1, 1},
+      {"no cache hints", 224, 1, 3, false},
+      {"2 rows/block (448)", 224, 2, 3},
+      {"4 rows/block (896)", 224, 4, 3},
+      {"112/row, 2 rows, unroll 3", 112, 2, 3},
+      {"112/row, 2 rows, unroll 6", 112, 2, 6},
+      {"96/row, 2 rows, unroll 7", 96, 2, 7},
+      {"56/row, 4 rows, unroll 6", 56, 4, 6},
+  };
+  fmt::print("{:<30} {:>9} {:>9} {:>8}\n", "variant", "ms", "GB/s", "% copy");
+  for (const Variant& v : variants) {
+    KernelSource source = codegen::render(spec);
+    replace(source.text, "constexpr int kThreadsPerRow = 224;", fmt::format("constexpr int kThreadsPerRow = {};", v.threads_per_row));
+    replace(source.text, "constexpr int kRowsPerBlock = 1;", fmt::format("constexpr int kRowsPerBlock = {};", v.rows_per_block));
+    replace(source.text, "constexpr int kUnroll = 3;", fmt::format("constexpr int kUnroll = {};", v.unroll));
+    if (!v.hints) {
+      replace_all(source.text, "ld.global.nc.L1::no_allocate.v4.u32", "ld.global.nc.v4.u32");
+      replace_all(source.text, "st.global.cs.v4.u32", "st.global.v4.u32");
+    }
+    const CompileOutput compiled = die_on(nvrtc.compile(source));
+    CUmodule module;
+    CUfunction function;
+    die_on(cu.check(cu.cuModuleLoadData(&module, compiled.image.data()), "cuModuleLoadData"));
+    die_on(cu.check(cu.cuModuleGetFunction(&function, module, source.entry.c_str()), "cuModuleGetFunction"));
+    const unsigned grid = static_cast<unsigned>((seq + v.rows_per_block - 1) / v.rows_per_block);
+    const unsigned threads = static_cast<unsigned>(v.threads_per_row * v.rows_per_block);
+    const float ms = time_ms([&](int s) {
+      uint64_t params[9] = {residual[s].address(), table.address() + 2 * hidden * 2, d_index.address(), y[s].address(),
+                            out[s].address(), static_cast<uint64_t>(seq), static_cast<uint64_t>(seq),
+                            static_cast<uint64_t>(table_rows), errors.address()};
+      void* args[9];
+      for (int k = 0; k < 9; ++k) args[k] = &params[k];
+      die_on(cu.check(cu.cuLaunchKernel(function, grid, 1, 1, threads, 1, 1, 0, nullptr, args, nullptr), "launch"));
+    });
+    fmt::print("{:<30} {:>9.4f} {:>9.0f} {:>7.1f}%\n", v.name, ms, bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / copy_gbs);
+    cu.cuModuleUnload(module);
+  }
+  return 0;
+}

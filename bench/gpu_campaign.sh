@@ -19,6 +19,8 @@ step() {  # step NAME LOG COMMAND...
   tail -n 3 "$LOGS/$log"
 }
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; ./.carry/exactjit info; echo "commit: $(cat .carry/commit)"; } >"$OUT/info.txt" 2>&1
+step golden golden.log python3 tests/golden/record_golden.py --out /tmp/golden
+tar -C /tmp -cf "$OUT/golden.tar" golden 2>/dev/null
 step prewarm prewarm.log ./.carry/exactjit prewarm -j 16
 step gpu-tests gpu_tests.log ./.carry/exactjit_gpu_tests
 step sanitizer sanitizer.log compute-sanitizer --tool memcheck --error-exitcode 9 ./.carry/exactjit_gpu_tests \

@@ -14,6 +14,7 @@ NaN payloads, denormals, rounding ties and near-ties, overflow edges).
 """
 import argparse
 import json
+import math
 import os
 import struct
 
@@ -100,6 +101,50 @@ def main():
              {"in": "u16" if width == 2 else "u32", "out": "u16" if width == 2 else "u32",
               "count": trip.shape[1], "layout": "in = residual[count] gate[count] y[count]",
               "op": f"residual + gate * y in {name} (eager)"}, cases)
+
+    # rms_norm (PyTorch's fused RMSNorm via F.rms_norm) with and without weight, and the AdaLN
+    # modulation on top: n * (1 + scale) + shift with gathered rows. Rows of ordinary, tiny
+    # (eps matters) and large magnitude, and a row with NaN and one with Inf.
+    eps = 1e-5
+    for dtype, name in ((torch.bfloat16, "bf16"), (torch.float16, "fp16"), (torch.float32, "fp32")):
+        itype = torch.int16 if dtype != torch.float32 else torch.int32
+        for h in (12, 256, 4096, 5376):
+            rows = 8
+            x = torch.randn(rows, h, generator=gen)
+            x[1] *= 1e-3
+            x[2] *= 1e-6
+            x[3] *= 30
+            x[4, h // 3] = float("nan")
+            x[5, h // 2] = float("inf")
+            x = x.to(dtype)
+            weight = (1 + 0.1 * torch.randn(h, generator=gen)).to(dtype)
+            scale = (0.2 * torch.randn(rows, h, generator=gen)).to(dtype)
+            shift = (0.5 * torch.randn(rows, h, generator=gen)).to(dtype)
+            xd, wd, sc, sh = x.to(dev), weight.to(dev), scale.to(dev), shift.to(dev)
+            plain = torch.nn.functional.rms_norm(xd, (h,), wd, eps)
+            unweighted = torch.nn.functional.rms_norm(xd, (h,), None, eps)
+            modulated = unweighted * (1 + sc) + sh
+            packed_in = torch.cat([x.reshape(-1), weight, scale.reshape(-1), shift.reshape(-1)]).view(itype)
+            packed_out = torch.cat([plain.reshape(-1), unweighted.reshape(-1), modulated.reshape(-1)]).view(itype)
+            save(args.out, f"rms_norm_{name}_h{h}", packed_in, packed_out,
+                 {"in": "u16" if dtype != torch.float32 else "u32", "out": "u16" if dtype != torch.float32 else "u32",
+                  "count": rows * h, "rows": rows, "hidden": h, "eps": eps,
+                  "layout": "in = x[rows*H] weight[H] scale[rows*H] shift[rows*H]; "
+                            "out = rms_norm(x, w)[rows*H] rms_norm(x)[rows*H] rms_norm(x)*(1+scale)+shift[rows*H]",
+                  "op": f"F.rms_norm in {name} (eager), plain, unweighted and AdaLN-modulated"}, cases)
+
+    # timestep_sinusoid: diffusers get_timestep_embedding, written out as diffusers does it.
+    t = torch.cat([torch.tensor([0.0, 1.0, 0.5, 1e-4, 0.999]), torch.rand(59, generator=gen)])
+    td = t.to(dev)
+    half = 128
+    exponent = -math.log(10000) * torch.arange(0, half, dtype=torch.float32, device=dev)
+    exponent = exponent / (half - 0)
+    emb = td[:, None].float() * torch.exp(exponent)[None, :]
+    emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=-1)
+    emb = torch.cat([emb[:, half:], emb[:, :half]], dim=-1)  # flip_sin_to_cos
+    save(args.out, "timestep_sinusoid_c256", t.view(torch.int32), emb.view(torch.int32),
+         {"in": "u32", "out": "u32", "count": t.numel(), "channels": 256,
+          "op": "diffusers get_timestep_embedding(t, 256, flip_sin_to_cos=True, downscale_freq_shift=0)"}, cases)
 
     with open(os.path.join(args.out, "golden.json"), "w") as f:
         json.dump({"torch": torch.__version__, "cuda": torch.version.cuda,

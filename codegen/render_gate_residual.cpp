@@ -44,8 +44,8 @@ RowGeometry row_geometry(const KernelSpec& spec) {
 std::string render_gate_residual_constants(const KernelSpec& spec) {
   const RowGeometry g = row_geometry(spec);
   return fmt::format(
-      "constexpr unsigned kOpCode = {op_code};      // error-record op code\n"
-      "constexpr int kDType = {dtype};             // {dtype_name}\n"
+      "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
+      "constexpr int kDType = {dtype};  // {dtype_name}\n"
       "constexpr int kIndexBytes = {index_bytes};  // {index_name}\n"
       "constexpr int kHidden = {hidden};\n"
       "constexpr long long kTableStride = {table_stride};\n"

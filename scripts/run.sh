@@ -10,8 +10,8 @@ export EXACTJIT_CACHE_DIR="${EXACTJIT_CACHE_DIR:-$PWD/build/cache}"
 ./build/exactjit prewarm
 ./build/exactjit cache stat
 echo "---- one generated kernel (gate_residual bf16, H = 5376, block table stride 6H) ----"
-./build/exactjit inspect --op gate_residual --hidden 5376 --dtype bf16 --emit source | sed -n '1,20p'
-echo "... (exactjit inspect --emit source prints all of it; --emit ptx the PTX)"
+./build/exactjit inspect --op gate_residual --hidden 5376 --dtype bf16 --emit source
+echo "---- (exactjit inspect --emit ptx|options|key|manifest shows the rest) ----"
 if ./build/exactjit info | grep -q '^  gpu 0:'; then
   ./build/exactjit selftest
 else

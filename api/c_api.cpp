@@ -64,6 +64,15 @@ exactjit_status_t xj_gate_residual(xj_runtime* runtime, const DLTensor* residual
   return finish(runtime->runtime.gate_residual(*residual, *gate, *index, *y, *out, stream));
 }
 
+exactjit_status_t xj_adaln_row_gather(xj_runtime* runtime, const DLTensor* rows, const DLTensor* timestep_indices,
+                                      const DLTensor* token_tags, const DLTensor* out, void* stream) {
+  if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "adaln_row_gather: runtime must not be NULL");
+  if (!rows || !timestep_indices || !token_tags || !out)
+    return fail(XJ_ERROR_INVALID_ARGUMENT,
+                "adaln_row_gather: rows, timestep_indices, token_tags and out must not be NULL");
+  return finish(runtime->runtime.adaln_row_gather(*rows, *timestep_indices, *token_tags, *out, stream));
+}
+
 exactjit_status_t xj_synchronize(xj_runtime* runtime, int device_id, void* stream) {
   if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "synchronize: runtime must not be NULL");
   return finish(runtime->runtime.synchronize(device_id, stream));

@@ -7,6 +7,7 @@
 #include "api/runtime_impl.hpp"
 
 #include "codegen/render.hpp"
+#include "kernels/adaln_row_gather.hpp"
 #include "kernels/gate_residual.hpp"
 #include "runtime/device_errors.hpp"
 #include "runtime/errors.hpp"
@@ -181,6 +182,13 @@ Runtime::~Runtime() = default;
 Status Runtime::gate_residual(const DLTensor& residual, const DLTensor& gate, const DLTensor& index,
                               const DLTensor& y, const DLTensor& out, void* stream) {
   auto plan = plan_gate_residual({residual, gate, index, y, out});
+  if (!plan) return to_status(plan.takeError());
+  return to_status(impl_->launch(*plan, stream));
+}
+
+Status Runtime::adaln_row_gather(const DLTensor& rows, const DLTensor& timestep_indices, const DLTensor& token_tags,
+                                 const DLTensor& out, void* stream) {
+  auto plan = plan_adaln_row_gather({rows, timestep_indices, token_tags, out});
   if (!plan) return to_status(plan.takeError());
   return to_status(impl_->launch(*plan, stream));
 }

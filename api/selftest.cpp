@@ -53,6 +53,44 @@ std::vector<uint8_t> random_storage(Generator& gen, DType dtype, int64_t count) 
   return bytes;
 }
 
+DLTensor device_tensor(const DeviceBuffer& buffer, uint64_t byte_offset, int device_id, int ndim, int64_t* shape,
+                       int64_t* strides, DLDataType dtype) {
+  DLTensor t{};
+  t.data = reinterpret_cast<void*>(buffer.address());
+  t.device = DLDevice{kDLCUDA, device_id};
+  t.ndim = ndim;
+  t.dtype = dtype;
+  t.shape = shape;
+  t.strides = strides;
+  t.byte_offset = byte_offset;
+  return t;
+}
+
+std::vector<uint8_t> index_bytes(IndexType type, const std::vector<int64_t>& values) {
+  const size_t width = type == IndexType::I32 ? 4 : 8;
+  std::vector<uint8_t> bytes(values.size() * width);
+  for (size_t k = 0; k < values.size(); ++k) {
+    if (type == IndexType::I32) {
+      const int32_t v32 = static_cast<int32_t>(values[k]);
+      std::memcpy(&bytes[k * 4], &v32, 4);
+    } else {
+      std::memcpy(&bytes[k * 8], &values[k], 8);
+    }
+  }
+  return bytes;
+}
+
+llvm::Expected<DeviceBuffer> upload_new(const Driver& driver, CUcontext context, const std::vector<uint8_t>& host,
+                                        size_t bytes, size_t offset = 0) {
+  auto buffer = DeviceBuffer::allocate(driver, context, bytes);
+  if (!buffer) return buffer.takeError();
+  if (!host.empty())
+    if (auto err = buffer->upload(host.data(), host.size(), offset)) return err;
+  return buffer;
+}
+
+DLDataType dl_index(IndexType type) { return DLDataType{kDLInt, static_cast<uint8_t>(type == IndexType::I32 ? 32 : 64), 1}; }
+
 DLDataType dl_dtype(DType dtype) {
   switch (dtype) {
     case DType::F32: return {kDLFloat, 32, 1};
@@ -86,18 +124,10 @@ llvm::Expected<CaseOutcome> run_gate_residual_case(Runtime& runtime, int device_
   const std::vector<uint8_t> residual = random_storage(gen, c.dtype, count);
   const std::vector<uint8_t> y = random_storage(gen, c.dtype, count);
   const std::vector<uint8_t> table = random_storage(gen, c.dtype, table_count);
-  const size_t index_elem = c.index == IndexType::I32 ? 4 : 8;
-  std::vector<uint8_t> index(static_cast<size_t>(c.seq) * index_elem);
-  for (int64_t s = 0; s < c.seq; ++s) {
-    int64_t value = static_cast<int64_t>(gen.next() % static_cast<uint64_t>(c.table_rows));
-    if (s == c.bad_position) value = c.table_rows + 3;
-    if (c.index == IndexType::I32) {
-      const int32_t v32 = static_cast<int32_t>(value);
-      std::memcpy(&index[s * 4], &v32, 4);
-    } else {
-      std::memcpy(&index[s * 8], &value, 8);
-    }
-  }
+  std::vector<int64_t> index_values(static_cast<size_t>(c.seq));
+  for (int64_t s = 0; s < c.seq; ++s)
+    index_values[s] = s == c.bad_position ? c.table_rows + 3 : static_cast<int64_t>(gen.next() % static_cast<uint64_t>(c.table_rows));
+  const std::vector<uint8_t> index = index_bytes(c.index, index_values);
 
   const size_t act_bytes = static_cast<size_t>(count + shift) * elem;
   auto d_residual = DeviceBuffer::allocate(**driver, *context, act_bytes);
@@ -120,26 +150,12 @@ llvm::Expected<CaseOutcome> run_gate_residual_case(Runtime& runtime, int device_
   int64_t table_shape[2] = {c.table_rows, c.hidden};
   int64_t table_strides[2] = {c.table_stride, 1};
   int64_t index_shape[1] = {c.seq};
-  const DLDevice device{kDLCUDA, device_id};
-  auto tensor = [&](const DeviceBuffer& buffer, uint64_t byte_offset, int ndim, int64_t* shape, int64_t* strides,
-                    DLDataType dtype) {
-    DLTensor t{};
-    t.data = reinterpret_cast<void*>(buffer.address());
-    t.device = device;
-    t.ndim = ndim;
-    t.dtype = dtype;
-    t.shape = shape;
-    t.strides = strides;
-    t.byte_offset = byte_offset;
-    return t;
-  };
   const DLDataType dt = dl_dtype(c.dtype);
-  const DLTensor t_residual = tensor(*d_residual, shift * elem, 3, act_shape, nullptr, dt);
-  const DLTensor t_y = tensor(*d_y, shift * elem, 3, act_shape, nullptr, dt);
-  const DLTensor t_out = tensor(*d_out, shift * elem, 3, act_shape, nullptr, dt);
-  const DLTensor t_gate = tensor(*d_table, 0, 2, table_shape, table_strides, dt);
-  const DLTensor t_index =
-      tensor(*d_index, 0, 1, index_shape, nullptr, DLDataType{kDLInt, static_cast<uint8_t>(index_elem * 8), 1});
+  const DLTensor t_residual = device_tensor(*d_residual, shift * elem, device_id, 3, act_shape, nullptr, dt);
+  const DLTensor t_y = device_tensor(*d_y, shift * elem, device_id, 3, act_shape, nullptr, dt);
+  const DLTensor t_out = device_tensor(*d_out, shift * elem, device_id, 3, act_shape, nullptr, dt);
+  const DLTensor t_gate = device_tensor(*d_table, 0, device_id, 2, table_shape, table_strides, dt);
+  const DLTensor t_index = device_tensor(*d_index, 0, device_id, 1, index_shape, nullptr, dl_index(c.index));
 
   CaseOutcome outcome;
   outcome.launch = runtime.gate_residual(t_residual, t_gate, t_index, t_y, t_out, nullptr);
@@ -176,6 +192,86 @@ llvm::Expected<CaseOutcome> run_gate_residual_case(Runtime& runtime, int device_
   return outcome;
 }
 
+std::string AdalnRowGatherCase::name() const {
+  return fmt::format("adaln_row_gather {} H={} T={} stride={} S={} index={}{}{}{}", dtype_name(dtype), hidden,
+                     timesteps, table_stride, seq, index_type_name(index), misaligned ? " scalar" : "",
+                     bad_timestep >= 0 ? fmt::format(" bad-timestep@{}", bad_timestep) : "",
+                     bad_tag >= 0 ? fmt::format(" bad-tag@{}", bad_tag) : "");
+}
+
+llvm::Expected<CaseOutcome> run_adaln_row_gather_case(Runtime& runtime, int device_id, const AdalnRowGatherCase& c) {
+  auto driver = Driver::get();
+  if (!driver) return driver.takeError();
+  auto context = primary_context(**driver, device_id);
+  if (!context) return context.takeError();
+  const size_t elem = dtype_size(c.dtype);
+  const int64_t shift = c.misaligned ? 1 : 0;
+  const int64_t table_rows = 3 * c.timesteps;
+  const int64_t table_count = (table_rows - 1) * c.table_stride + 6 * c.hidden;
+  Generator gen{c.seed};
+  const std::vector<uint8_t> rows = random_storage(gen, c.dtype, table_count);
+  std::vector<int64_t> ti(static_cast<size_t>(c.seq)), tags(static_cast<size_t>(c.seq));
+  for (int64_t s = 0; s < c.seq; ++s) {
+    ti[s] = static_cast<int64_t>(gen.next() % static_cast<uint64_t>(c.timesteps));
+    tags[s] = static_cast<int64_t>(gen.next() % 3);
+  }
+  if (c.bad_timestep >= 0) ti[c.bad_timestep] = c.timesteps;
+  if (c.bad_tag >= 0) tags[c.bad_tag] = 3;
+  const std::vector<uint8_t> ti_bytes = index_bytes(c.index, ti), tag_bytes = index_bytes(c.index, tags);
+  const size_t out_count = static_cast<size_t>(6 * c.seq * c.hidden);
+
+  auto d_rows = upload_new(**driver, *context, rows, (table_count + shift) * elem, shift * elem);
+  if (!d_rows) return d_rows.takeError();
+  auto d_ti = upload_new(**driver, *context, ti_bytes, ti_bytes.size());
+  if (!d_ti) return d_ti.takeError();
+  auto d_tags = upload_new(**driver, *context, tag_bytes, tag_bytes.size());
+  if (!d_tags) return d_tags.takeError();
+  auto d_out = upload_new(**driver, *context, {}, (out_count + shift) * elem);
+  if (!d_out) return d_out.takeError();
+  if (auto err = d_out->fill(0xFF)) return err;
+
+  int64_t rows_shape[2] = {table_rows, 6 * c.hidden}, rows_strides[2] = {c.table_stride, 1};
+  int64_t index_shape[1] = {c.seq}, out_shape[3] = {6, c.seq, c.hidden};
+  const DLTensor t_rows = device_tensor(*d_rows, shift * elem, device_id, 2, rows_shape, rows_strides, dl_dtype(c.dtype));
+  const DLTensor t_ti = device_tensor(*d_ti, 0, device_id, 1, index_shape, nullptr, dl_index(c.index));
+  const DLTensor t_tags = device_tensor(*d_tags, 0, device_id, 1, index_shape, nullptr, dl_index(c.index));
+  const DLTensor t_out = device_tensor(*d_out, shift * elem, device_id, 3, out_shape, nullptr, dl_dtype(c.dtype));
+
+  CaseOutcome outcome;
+  outcome.launch = runtime.adaln_row_gather(t_rows, t_ti, t_tags, t_out, nullptr);
+  outcome.sync = runtime.synchronize(device_id, nullptr);
+  if (!outcome.launch.ok()) {
+    outcome.detail = "launch failed: " + outcome.launch.message();
+    return outcome;
+  }
+  std::vector<uint8_t> expected(out_count * elem, 0xFF), actual(out_count * elem);
+  adaln_row_gather_model(elem, rows.data(), c.table_stride, c.timesteps, ti.data(), tags.data(), IndexType::I64,
+                         expected.data(), c.seq, c.hidden);
+  if (auto err = d_out->download(actual.data(), actual.size(), shift * elem)) return err;
+  for (size_t k = 0; k < out_count; ++k) {
+    if (std::memcmp(&expected[k * elem], &actual[k * elem], elem) != 0) {
+      if (outcome.first_mismatch < 0) outcome.first_mismatch = static_cast<int64_t>(k);
+      ++outcome.mismatches;
+    }
+  }
+  const bool bits_equal = outcome.mismatches == 0;
+  const char* bad_argument = c.bad_timestep >= 0 ? "timestep_indices" : c.bad_tag >= 0 ? "token_tags" : nullptr;
+  if (bad_argument) {
+    const bool reported = outcome.sync.code() == static_cast<int>(ErrorCode::BadIndex) &&
+                          outcome.sync.message().find(std::string("adaln_row_gather: ") + bad_argument) != std::string::npos;
+    outcome.passed = bits_equal && reported;
+    outcome.detail = reported ? "bad index reported: " + outcome.sync.message()
+                              : "bad index NOT reported (sync: " + outcome.sync.message() + ")";
+  } else {
+    outcome.passed = bits_equal && outcome.sync.ok();
+    if (!outcome.sync.ok()) outcome.detail = "synchronize: " + outcome.sync.message();
+  }
+  if (!bits_equal)
+    outcome.detail += fmt::format("{}{} of {} elements differ from the host model (first at {})",
+                                  outcome.detail.empty() ? "" : "; ", outcome.mismatches, out_count, outcome.first_mismatch);
+  return outcome;
+}
+
 llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int device_id,
                                                        const std::function<void(const SelftestLine&)>& progress) {
   std::vector<GateResidualCase> cases;
@@ -207,13 +303,42 @@ llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int dev
   after.seed = seed++;
   cases.push_back(after);
 
+  std::vector<AdalnRowGatherCase> gathers;
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32}) {
+    for (IndexType index : {IndexType::I64, IndexType::I32}) {
+      for (bool misaligned : {false, true}) {
+        AdalnRowGatherCase c;
+        c.dtype = dtype;
+        c.index = index;
+        c.misaligned = misaligned;
+        c.seq = misaligned ? 7 : 4097;
+        c.seed = seed++;
+        gathers.push_back(c);
+      }
+    }
+  }
+  AdalnRowGatherCase bad_timestep;
+  bad_timestep.bad_timestep = 2;
+  gathers.push_back(bad_timestep);
+  AdalnRowGatherCase bad_tag;
+  bad_tag.bad_tag = 4;
+  gathers.push_back(bad_tag);
+
   std::vector<SelftestLine> lines;
+  auto record = [&](const std::string& name, const CaseOutcome& outcome) {
+    SelftestLine line{name, outcome.passed, outcome.detail};
+    if (progress) progress(line);
+    lines.push_back(std::move(line));
+  };
   for (const GateResidualCase& c : cases) {
     auto outcome = run_gate_residual_case(runtime, device_id, c);
     if (!outcome) return outcome.takeError();
-    SelftestLine line{c.name(), outcome->passed, outcome->detail};
-    if (progress) progress(line);
-    lines.push_back(std::move(line));
+    record(c.name(), *outcome);
+  }
+  for (const AdalnRowGatherCase& c : gathers) {
+    auto outcome = run_adaln_row_gather_case(runtime, device_id, c);
+    if (!outcome) return outcome.takeError();
+    record(c.name(), *outcome);
   }
   return lines;
 }

@@ -41,6 +41,22 @@ struct CaseOutcome {
 /// out of memory), not op failures, which land in the outcome.
 llvm::Expected<CaseOutcome> run_gate_residual_case(Runtime& runtime, int device_id, const GateResidualCase& c);
 
+struct AdalnRowGatherCase {
+  DType dtype = DType::BF16;
+  IndexType index = IndexType::I64;
+  int64_t hidden = 5376;
+  int64_t timesteps = 3;
+  int64_t table_stride = 6 * 5376;  ///< row stride of the (3T, 6H) rows view (elements)
+  int64_t seq = 7;
+  bool misaligned = false;       ///< offset rows and out by one element: forces the scalar path
+  int64_t bad_timestep = -1;     ///< >= 0: timestep_indices[bad_timestep] = T (out of range)
+  int64_t bad_tag = -1;          ///< >= 0: token_tags[bad_tag] = 3
+  uint64_t seed = 1;
+  std::string name() const;
+};
+
+llvm::Expected<CaseOutcome> run_adaln_row_gather_case(Runtime& runtime, int device_id, const AdalnRowGatherCase& c);
+
 struct SelftestLine {
   std::string name;
   bool passed = false;

@@ -240,12 +240,65 @@ def bench_case(timer, xj, ops, dtype_name, s, h, seed, copy_gbs):
     return rows
 
 
+def row_gather_eager(rows, ti, tags):
+    """The reference: six index_selects of the (3T, 6H) rows (one per AdaLN chunk)."""
+    h = rows.shape[1] // 6
+    idx = ti * 3 + tags
+    return tuple(rows[:, c * h:(c + 1) * h].index_select(0, idx) for c in range(6))
+
+
+def bench_row_gather(timer, xj, s, h, seed, copy_gbs):
+    """adaln_row_gather (bf16) vs six eager index_selects: bytes = the six (S, H) outputs written
+    (the table rows stay in L2); floor = bytes / copy bandwidth."""
+    dtype, elem = torch.bfloat16, 2
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    per_set = 6 * s * h * elem
+    n = max(2, math.ceil(WORKING_SET / per_set))
+    sets = []
+    for _ in range(n):
+        rows = torch.randn((T, 18 * h), generator=gen, device="cuda", dtype=dtype).view(3 * T, 6 * h)
+        ti = torch.randint(0, T, (s,), generator=gen, device="cuda")
+        tags = torch.randint(0, 3, (s,), generator=gen, device="cuda")
+        sets.append((rows, ti, tags))
+    nbytes = 6 * s * h * elem
+    floor_ms = nbytes / (copy_gbs * 1e9) * 1e3
+    reference = row_gather_eager(*sets[0])
+    out = []
+    for name, fn in (("eager 6x index_select", row_gather_eager),
+                     ("exactjit", xj.adaln_row_gather if xj is not None else None)):
+        if fn is None:
+            continue
+        row = dict(dtype="bf16", S=s, B=1, H=h, op=f"adaln_row_gather {name}", bytes=nbytes,
+                   floor_ms=round(floor_ms, 4))
+        try:
+            got = fn(*sets[0])
+            if xj is not None:
+                xj.synchronize()
+            row["bitwise"] = all(bitwise_equal(a, b) for a, b in zip(got, reference))
+            ms, host_us, inner = timer.median_ms(fn, sets)
+            row.update(ms=ms, gbs=nbytes / (ms * 1e-3) / 1e9, host_us=host_us, batch=inner)
+            row["pct_copy"] = 100.0 * row["gbs"] / copy_gbs
+        except Exception as e:
+            traceback.print_exc()
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        out.append(row)
+        if "ms" in row:
+            log(f"  {row['op']:<34} {ms:.4f} ms  bitwise={row['bitwise']}")
+    if len(out) == 2 and all("ms" in r for r in out):
+        out[1]["vs_eager"] = out[0]["ms"] / out[1]["ms"]
+        out[0]["vs_eager"] = 1.0
+    del sets, reference
+    torch.cuda.empty_cache()
+    return out
+
+
 def markdown(meta, rows):
     lines = [
-        "# gate_residual forward: exactjit vs PyTorch eager vs torch.compile", "",
+        "# gate_residual and adaln_row_gather forward: exactjit vs PyTorch eager vs torch.compile", "",
         *(f"- {k}: {v}" for k, v in meta.items()),
         "- bytes = 3*B*S*H*elem (read residual, read y, write out) + R*H*elem (gate rows once, "
-        "R = 3T); floor = bytes / copy bandwidth",
+        "R = 3T); floor = bytes / copy bandwidth. adaln_row_gather: bytes = 6*S*H*elem written "
+        "(table rows stay in L2), floor = bytes / copy bandwidth",
         "- speedup = reference ms / this op's ms (> 1: this op is faster); bitwise = output equal "
         "to eager bit for bit; host us/call = Python time to issue one call (above median ms, "
         "a real program would be launch-bound at this size)", "",
@@ -304,6 +357,8 @@ def main():
         for dtype_name in dtypes:
             for s in sizes:
                 rows += bench_case(timer, xj, ops, dtype_name, s, args.hidden, args.seed, copy_gbs)
+        for s in sizes:
+            rows += bench_row_gather(timer, xj, s, args.hidden, args.seed, copy_gbs)
     meta["seconds"] = round(time.perf_counter() - t_start, 1)
 
     report = markdown(meta, rows)

@@ -13,7 +13,10 @@ struct RowGeometry {
   int threads() const { return threads_per_row * rows_per_block; }
 };
 
-/// One row of hidden/vec packs: wide rows get 128..256 threads chosen to leave the fewest idle
+/// Packs one block row moves: H / vec (gate_residual) or 6H / vec (adaln_row_gather).
+int64_t packs_per_row(const KernelSpec& spec);
+
+/// One row of packs_per_row packs: wide rows get 128..256 threads chosen to leave the fewest idle
 /// lanes; narrow rows share a 128-thread block.
 RowGeometry row_geometry(const KernelSpec& spec);
 

@@ -12,8 +12,14 @@ std::string Target::name() const { return fmt::format("{}_{}", ptx ? "compute" :
 std::string_view op_name(Op op) {
   switch (op) {
     case Op::GateResidual: return "gate_residual";
+    case Op::AdalnRowGather: return "adaln_row_gather";
   }
   return "unknown";
+}
+
+std::string_view index_argument_name(Op op, unsigned argument) {
+  if (op == Op::AdalnRowGather) return argument == 0 ? "timestep_indices" : "token_tags";
+  return "index";
 }
 
 std::string_view dtype_name(DType dtype) {
@@ -33,6 +39,7 @@ size_t dtype_size(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
 
 std::optional<Op> parse_op(std::string_view text) {
   if (text == "gate_residual") return Op::GateResidual;
+  if (text == "adaln_row_gather") return Op::AdalnRowGather;
   return std::nullopt;
 }
 

@@ -14,7 +14,7 @@
 
 namespace exactjit {
 
-enum class Op : uint8_t { GateResidual };
+enum class Op : uint8_t { GateResidual, AdalnRowGather };
 enum class DType : uint8_t { F32 = 0, BF16 = 1, F16 = 2 };  // values match templates' StorageOf
 enum class IndexType : uint8_t { I32, I64 };
 
@@ -52,6 +52,9 @@ struct KernelSpecHash {
 };
 
 std::string_view op_name(Op op);
+/// The name of an op's index argument as kernels report it (templates/error_record.cuh: the
+/// error record's op field carries the op code in its low 16 bits and the argument above).
+std::string_view index_argument_name(Op op, unsigned argument);
 std::string_view dtype_name(DType dtype);
 std::string_view index_type_name(IndexType index);
 size_t dtype_size(DType dtype);

@@ -45,9 +45,13 @@ KernelSource render(const KernelSpec& spec) {
   source.entry = entry_name(spec);
   switch (spec.op) {
     case Op::GateResidual:
-      source.text = assemble(spec, source.entry, render_gate_residual_constants(spec),
+      source.text = assemble(spec, source.entry, render_row_constants(spec),
                              {"numerics.cuh", "vector_io.cuh", "error_record.cuh", "gate_residual_math.cuh",
                               "gate_residual.cuh"});
+      break;
+    case Op::AdalnRowGather:
+      source.text = assemble(spec, source.entry, render_row_constants(spec),
+                             {"numerics.cuh", "vector_io.cuh", "error_record.cuh", "adaln_row_gather.cuh"});
       break;
   }
   source.options = nvrtc_options(spec.target);

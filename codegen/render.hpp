@@ -18,8 +18,8 @@ KernelSource render(const KernelSpec& spec);
 /// The readable, unique entry-point name: <stem>_<8 hex of SHA-256(generator, spec)>.
 std::string entry_name(const KernelSpec& spec);
 
-/// Per-op renderers (one file each).
-std::string render_gate_residual_constants(const KernelSpec& spec);
+/// The constant block of the row-wise ops (gate_residual, adaln_row_gather).
+std::string render_row_constants(const KernelSpec& spec);
 
 /// The common frame of every generated file: banner, entry macro, the op's constants, then the
 /// named templates in order.

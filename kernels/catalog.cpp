@@ -1,6 +1,7 @@
 // exactjit kernel catalog (see catalog.hpp).
 #include "kernels/catalog.hpp"
 
+#include "kernels/adaln_row_gather.hpp"
 #include "kernels/gate_residual.hpp"
 #include "runtime/errors.hpp"
 
@@ -20,6 +21,7 @@ std::vector<KernelSpec> spec_family(Op op, DType dtype, int64_t hidden, int64_t 
       KernelSpec spec;
       switch (op) {
         case Op::GateResidual: spec = gate_residual_spec(dtype, index, hidden, table_stride, vec); break;
+        case Op::AdalnRowGather: spec = adaln_row_gather_spec(dtype, index, hidden, table_stride, vec); break;
       }
       spec.target = target;
       specs.push_back(spec);
@@ -30,10 +32,14 @@ std::vector<KernelSpec> spec_family(Op op, DType dtype, int64_t hidden, int64_t 
 
 std::vector<KernelSpec> default_catalog(Target target) {
   std::vector<KernelSpec> specs;
-  for (DType dtype : {DType::BF16, DType::F16, DType::F32})
-    for (int64_t stride : {6 * kDefaultHidden, 2 * kDefaultHidden})
-      for (const KernelSpec& spec : spec_family(Op::GateResidual, dtype, kDefaultHidden, stride, target))
-        specs.push_back(spec);
+  auto add = [&](Op op, DType dtype, int64_t stride) {
+    for (const KernelSpec& spec : spec_family(op, dtype, kDefaultHidden, stride, target)) specs.push_back(spec);
+  };
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32}) {
+    add(Op::GateResidual, dtype, 6 * kDefaultHidden);
+    add(Op::GateResidual, dtype, 2 * kDefaultHidden);
+    add(Op::AdalnRowGather, dtype, 6 * kDefaultHidden);
+  }
   return specs;
 }
 
@@ -42,7 +48,9 @@ llvm::Error validate_spec(const KernelSpec& spec) {
     return make_error(ErrorCode::InvalidArgument, fmt::format("{}: {}", spec.describe(), rule));
   };
   if (spec.hidden < 1 || spec.hidden > INT_MAX) return bad(fmt::format("hidden must be in [1, {}]", INT_MAX));
-  if (spec.table_stride < spec.hidden) return bad("table stride must be >= hidden");
+  const int64_t row_elements = spec.op == Op::AdalnRowGather ? 6 * spec.hidden : spec.hidden;
+  if (spec.table_stride < row_elements)
+    return bad(spec.op == Op::AdalnRowGather ? "table stride must be >= 6 x hidden" : "table stride must be >= hidden");
   const int wide = static_cast<int>(16 / dtype_size(spec.dtype));
   if (spec.vec != 1 && spec.vec != wide) return bad(fmt::format("vec must be 1 or {}", wide));
   if (spec.hidden % spec.vec != 0 || spec.table_stride % spec.vec != 0)

@@ -17,8 +17,9 @@ inline constexpr int64_t kDefaultHidden = 5376;
 /// 16-byte and scalar vector widths where they differ.
 std::vector<KernelSpec> spec_family(Op op, DType dtype, int64_t hidden, int64_t table_stride, Target target);
 
-/// The default pre-warm catalog for one target: gate_residual for H = 5376 in bf16, fp16 and
-/// fp32, table row strides 6H (a block's AdaLN chunk) and 2H (the final norm's table).
+/// The default pre-warm catalog for one target, H = 5376 in bf16, fp16 and fp32: gate_residual
+/// with table row strides 6H (a block's AdaLN chunk) and 2H (the final norm's table), and
+/// adaln_row_gather over the block table's (3T, 6H) rows.
 std::vector<KernelSpec> default_catalog(Target target);
 
 /// Rules for a spec built from flags (positive sizes, stride >= hidden, a valid vector width).

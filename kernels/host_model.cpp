@@ -2,6 +2,8 @@
 #include "kernels/host_model.hpp"
 
 #include "templates/numerics.cuh"
+
+#include <cstring>
 #include "templates/gate_residual_math.cuh"
 
 namespace exactjit {
@@ -54,6 +56,29 @@ int64_t gate_residual_model(DType dtype, const void* residual, const void* gate,
                                    hidden);
   }
   return 0;
+}
+
+int64_t adaln_row_gather_model(size_t element_bytes, const void* rows, int64_t table_stride, int64_t timesteps,
+                               const void* timestep_indices, const void* token_tags, IndexType index_type, void* out,
+                               int64_t seq, int64_t hidden) {
+  auto read = [index_type](const void* data, int64_t k) -> int64_t {
+    return index_type == IndexType::I32 ? static_cast<const int32_t*>(data)[k] : static_cast<const int64_t*>(data)[k];
+  };
+  const auto* source = static_cast<const uint8_t*>(rows);
+  auto* target = static_cast<uint8_t*>(out);
+  const size_t row_bytes = static_cast<size_t>(hidden) * element_bytes;
+  int64_t skipped = 0;
+  for (int64_t s = 0; s < seq; ++s) {
+    const int64_t t = read(timestep_indices, s), tag = read(token_tags, s);
+    if (t < 0 || t >= timesteps || tag < 0 || tag >= 3) {
+      ++skipped;
+      continue;
+    }
+    const uint8_t* row = source + static_cast<size_t>((t * 3 + tag) * table_stride) * element_bytes;
+    for (int64_t c = 0; c < 6; ++c)
+      std::memcpy(target + static_cast<size_t>(c * seq + s) * row_bytes, row + static_cast<size_t>(c) * row_bytes, row_bytes);
+  }
+  return skipped;
 }
 
 }  // namespace exactjit

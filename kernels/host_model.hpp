@@ -16,4 +16,10 @@ int64_t gate_residual_model(DType dtype, const void* residual, const void* gate,
                             int64_t table_rows, const void* index, IndexType index_type, const void* y,
                             void* out, int64_t rows, int64_t seq, int64_t hidden);
 
+/// out[c, s, :] = rows[ti[s] * 3 + tag[s], cH : (c+1)H] on raw storage of `element_bytes` each;
+/// positions with an index out of range are left unwritten; returns how many.
+int64_t adaln_row_gather_model(size_t element_bytes, const void* rows, int64_t table_stride, int64_t timesteps,
+                               const void* timestep_indices, const void* token_tags, IndexType index_type, void* out,
+                               int64_t seq, int64_t hidden);
+
 }  // namespace exactjit

@@ -26,11 +26,13 @@ llvm::Error check_error_record(const Driver& driver, CUcontext context, CUstream
     return err;
   if (host.claimed == 0) return llvm::Error::success();
   if (auto err = driver.check(driver.cuMemsetD8(record, 0, sizeof host), "cuMemsetD8 (error record)")) return err;
-  const std::string op = host.op >= 1 ? std::string(op_name(static_cast<Op>(host.op - 1))) : "unknown op";
+  const unsigned code = host.op & 0xFFFFu;  // op code + 1; the argument sits above it
+  if (code < 1) return make_error(ErrorCode::BadIndex, "a kernel reported a bad index without naming its op");
+  const Op op = static_cast<Op>(code - 1);
   return make_error(ErrorCode::BadIndex,
-                    fmt::format("{}: index[{}] = {} is out of range [0, {}); the rows that use it were not "
-                                "written",
-                                op, host.position, host.value, host.bound));
+                    fmt::format("{}: {}[{}] = {} is out of range [0, {}); the rows that use it were not written",
+                                op_name(op), index_argument_name(op, host.op >> 16), host.position, host.value,
+                                host.bound));
 }
 
 }  // namespace exactjit

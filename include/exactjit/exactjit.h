@@ -52,6 +52,11 @@ XJ_API exactjit_status_t xj_gate_residual(xj_runtime* runtime, const DLTensor* r
                                           const DLTensor* gate, const DLTensor* index,
                                           const DLTensor* y, const DLTensor* out, void* stream);
 
+/* out[c, s, :] = rows[timestep_indices[s] * 3 + token_tags[s], cH:(c+1)H], c = 0..5 (exactjit.hpp). */
+XJ_API exactjit_status_t xj_adaln_row_gather(xj_runtime* runtime, const DLTensor* rows,
+                                             const DLTensor* timestep_indices, const DLTensor* token_tags,
+                                             const DLTensor* out, void* stream);
+
 /* Waits for stream on device_id and reports a bad index found by a kernel since the last check. */
 XJ_API exactjit_status_t xj_synchronize(xj_runtime* runtime, int device_id, void* stream);
 

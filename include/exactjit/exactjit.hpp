@@ -57,6 +57,13 @@ class Runtime {
   Status gate_residual(const DLTensor& residual, const DLTensor& gate, const DLTensor& index,
                        const DLTensor& y, const DLTensor& out, void* stream);
 
+  /// out[c, s, :] = rows[timestep_indices[s] * 3 + token_tags[s], cH : (c+1)H] for c = 0..5: the
+  /// six AdaLN chunks of every position, bitwise equal to six index_selects. rows: (3T, 6H) with
+  /// unit column stride and row stride >= 6H; both index tensors (S,) of one type (int32/int64);
+  /// out: (6, S, H) contiguous in rows' dtype.
+  Status adaln_row_gather(const DLTensor& rows, const DLTensor& timestep_indices, const DLTensor& token_tags,
+                          const DLTensor& out, void* stream);
+
   /// Waits for `stream` on `device_id` and reports any bad index a kernel found since the last
   /// check (then clears it).
   Status synchronize(int device_id, void* stream);

@@ -20,7 +20,7 @@ from ._runtime import Runtime
 __all__ = [
     "BadIndexError", "CacheIOError", "CompileError", "CudaError", "Error", "InternalError",
     "InvalidArgumentError", "OfflineMissError", "Runtime", "Status", "UnavailableError",
-    "gate_residual", "library_path", "runtime", "synchronize", "version",
+    "adaln_row_gather", "gate_residual", "library_path", "runtime", "synchronize", "version",
 ]
 
 _default_runtime = None
@@ -54,6 +54,12 @@ def runtime():
 def gate_residual(residual, gate, index, y, *, out=None):
     """out = residual + gate.index_select(0, index) * y, bit for bit; see Runtime.gate_residual."""
     return runtime().gate_residual(residual, gate, index, y, out=out)
+
+
+def adaln_row_gather(rows, timestep_indices, token_tags):
+    """The six (S, H) AdaLN chunks rows[ti * 3 + tag, cH:(c+1)H], bit for bit; see
+    Runtime.adaln_row_gather."""
+    return runtime().adaln_row_gather(rows, timestep_indices, token_tags)
 
 
 def synchronize(device=None, stream=None):

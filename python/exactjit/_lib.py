@@ -74,6 +74,7 @@ def _declare(lib):
         "xj_runtime_create": (c_int, [ctypes.POINTER(RuntimeOptions), ctypes.POINTER(c_void_p)]),
         "xj_runtime_destroy": (None, [c_void_p]),
         "xj_gate_residual": (c_int, [c_void_p, tensor, tensor, tensor, tensor, tensor, c_void_p]),
+        "xj_adaln_row_gather": (c_int, [c_void_p, tensor, tensor, tensor, tensor, c_void_p]),
         "xj_synchronize": (c_int, [c_void_p, c_int, c_void_p]),
     }
     for name, (restype, argtypes) in signatures.items():

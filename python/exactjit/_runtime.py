@@ -19,6 +19,7 @@ from ._errors import invalid_argument
 _torch = None
 _current_stream = None  # device index -> CUstream of torch's current stream there, as an int
 _GATE_RESIDUAL_ARGS = ("residual", "gate", "index", "y", "out")
+_ADALN_ROW_GATHER_ARGS = ("rows", "timestep_indices", "token_tags", "out")
 
 
 def _import_torch():
@@ -153,3 +154,35 @@ class Runtime:
         elif isinstance(stream, torch.cuda.Stream):
             stream = stream.cuda_stream
         _lib.check(_lib.lib.xj_synchronize(self._live(), device_index, stream), "xj_synchronize")
+
+    def adaln_row_gather(self, rows, timestep_indices, token_tags):
+        """The six AdaLN chunks of every position, bitwise equal to six index_selects:
+        chunk c of position s is rows[timestep_indices[s] * 3 + token_tags[s], c*H:(c+1)*H].
+
+        rows: (3T, 6H) with unit column stride and row stride >= 6H, e.g. the block's AdaLN
+        table (T, 18H) viewed as `table.view(3 * T, 6 * H)`. timestep_indices and token_tags:
+        (S,) of one integer type (int32 or int64). Returns a tuple of six (S, H) tensors (shift_msa,
+        scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp), views of one (6, S, H) tensor.
+        Out-of-range indices are checked before they are combined; synchronize() reports them.
+        """
+        torch = _import_torch()
+        for name, value in (("rows", rows), ("timestep_indices", timestep_indices), ("token_tags", token_tags)):
+            if not isinstance(value, torch.Tensor):
+                raise invalid_argument(
+                    f"adaln_row_gather: {name} must be a torch.Tensor, got {type(value).__name__}")
+        if torch.is_grad_enabled() and rows.requires_grad:
+            raise invalid_argument(
+                "adaln_row_gather: rows requires grad but exactjit has no backward for this op yet; "
+                "call it under torch.no_grad() / torch.inference_mode() or detach the inputs")
+        if rows.dim() != 2 or rows.shape[1] % 6 != 0 or timestep_indices.dim() != 1:
+            raise invalid_argument(
+                f"adaln_row_gather: rows must be (3T, 6H) and timestep_indices (S,) "
+                f"(got {tuple(rows.shape)} and {tuple(timestep_indices.shape)})")
+        out = torch.empty((6, timestep_indices.shape[0], rows.shape[1] // 6), dtype=rows.dtype, device=rows.device)
+        stream = _current_stream(rows.get_device()) if rows.is_cuda else None
+        packed, tensors = pack(torch, "adaln_row_gather", _ADALN_ROW_GATHER_ARGS,
+                               (rows, timestep_indices, token_tags, out))
+        status = _lib.lib.xj_adaln_row_gather(self._live(), *tensors, stream)
+        del packed
+        _lib.check(status, "xj_adaln_row_gather")
+        return tuple(out.unbind(0))

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <regex>
+#include <sstream>
 
 namespace exactjit {
 namespace {
@@ -41,14 +42,41 @@ TEST_P(CatalogCompile, EverySpecCompilesToACubin) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, CatalogCompile, ::testing::Values(80, 90, 100));
 
+// Floating-point fused multiply-adds (integer mad.lo / mad.wide address arithmetic is fine).
+const std::regex kFloatFma("\\b(fma|mad)(\\.r[nzmp])?(\\.ftz)?(\\.sat)?\\.(f16|bf16|f32|f64)");
+
+// Arithmetic instructions (not declarations, comments, loads, stores or moves) on floating-point
+// types.
+size_t float_instructions(const std::string& ptx) {
+  const std::regex floating("\\.(f16|bf16|f32|f64)(x2)?\\b");
+  size_t n = 0;
+  std::istringstream lines(ptx);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] == '.' || line[first] == '/' || line[first] == '}' ||
+        line[first] == '{' || line[first] == ')' || line[first] == '$' || line.compare(first, 3, "ld.") == 0 ||
+        line.compare(first, 3, "st.") == 0 || line.compare(first, 4, "mov.") == 0)
+      continue;
+    if (std::regex_search(line, floating)) ++n;
+  }
+  return n;
+}
+
+std::vector<KernelSpec> catalog_of(Op op) {
+  std::vector<KernelSpec> specs;
+  for (const KernelSpec& spec : default_catalog(Target{90, false}))
+    if (spec.op == op) specs.push_back(spec);
+  EXPECT_FALSE(specs.empty());
+  return specs;
+}
+
 TEST(PtxAudit, GateResidualHasNoFmaNoApproxNoFtz) {
-  const std::regex fma("\\bfma\\.|\\bmad\\.");
   const std::regex approx("\\.approx");
   const std::regex ftz("\\.ftz");
-  for (const KernelSpec& spec : default_catalog(Target{90, false})) {
+  for (const KernelSpec& spec : catalog_of(Op::GateResidual)) {
     auto ptx = nvrtc().ptx(codegen::render(spec));
     ASSERT_TRUE(static_cast<bool>(ptx)) << llvm::toString(ptx.takeError());
-    EXPECT_EQ(count(*ptx, fma), 0u) << spec.describe();
+    EXPECT_EQ(count(*ptx, kFloatFma), 0u) << spec.describe();
     EXPECT_EQ(count(*ptx, approx), 0u) << spec.describe();
     EXPECT_EQ(count(*ptx, ftz), 0u) << spec.describe();
     // Exactly one multiply and one add per element, each rounded to nearest even.
@@ -67,6 +95,21 @@ TEST(PtxAudit, GateResidualHasNoFmaNoApproxNoFtz) {
       EXPECT_GT(count(*ptx, std::regex("ld\\.global\\.nc\\.L1::no_allocate\\.v4")), 0u);
     }
   }
+}
+
+TEST(PtxAudit, AdalnRowGatherDoesNoFloatingPointArithmetic) {
+  for (const KernelSpec& spec : catalog_of(Op::AdalnRowGather)) {
+    auto ptx = nvrtc().ptx(codegen::render(spec));
+    ASSERT_TRUE(static_cast<bool>(ptx)) << llvm::toString(ptx.takeError());
+    EXPECT_EQ(float_instructions(*ptx), 0u) << spec.describe();
+    if (spec.vec > 1) {
+      EXPECT_GT(count(*ptx, std::regex("st\\.global\\.cs\\.v4")), 0u);
+    }
+  }
+  // The audit itself can see float instructions: gate_residual has them.
+  auto ptx = nvrtc().ptx(codegen::render(catalog_of(Op::GateResidual).front()));
+  ASSERT_TRUE(static_cast<bool>(ptx));
+  EXPECT_GT(float_instructions(*ptx), 0u);
 }
 
 TEST(PtxAudit, PtxTargetCompilesToPtxText) {

@@ -2,6 +2,7 @@
 // the argument and the rule; valid calls get the right spec (vector width from alignment, table
 // stride from the view, index type) and geometry. Planning touches no memory, so fake device
 // addresses suffice.
+#include "kernels/adaln_row_gather.hpp"
 #include "kernels/gate_residual.hpp"
 #include "runtime/errors.hpp"
 
@@ -155,6 +156,56 @@ TEST(GateResidualValidation, RefusesEachBrokenRuleByName) {
     c.mutate(call);
     const std::string message = invalid_message(call.plan());
     EXPECT_NE(message.find(c.expect), std::string::npos) << "expected '" << c.expect << "' in: " << message;
+  }
+}
+
+struct GatherCall {
+  FakeTensor rows{1 * GiB, {9, 6 * H}, kBF16, {6 * H, 1}};  // (T, 18H) viewed as (3T, 6H)
+  FakeTensor ti{2 * GiB, {7}, kI64};
+  FakeTensor tags{3 * GiB, {7}, kI64};
+  FakeTensor out{4 * GiB, {6, 7, H}, kBF16};
+  llvm::Expected<LaunchPlan> plan() { return plan_adaln_row_gather({rows.t, ti.t, tags.t, out.t}); }
+};
+
+TEST(AdalnRowGatherValidation, AcceptsTheH3Table) {
+  GatherCall call;
+  auto plan = call.plan();
+  ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
+  EXPECT_EQ(plan->spec.op, Op::AdalnRowGather);
+  EXPECT_EQ(plan->spec.hidden, H);
+  EXPECT_EQ(plan->spec.table_stride, 6 * H);
+  EXPECT_EQ(plan->spec.vec, 8);
+  EXPECT_EQ(plan->grid, 7u);
+  EXPECT_EQ(plan->params[4], 7u);  // S
+  EXPECT_EQ(plan->params[5], 3u);  // T
+}
+
+TEST(AdalnRowGatherValidation, RefusesEachBrokenRuleByName) {
+  struct Case {
+    const char* expect;
+    void (*mutate)(GatherCall&);
+  };
+  const Case cases[] = {
+      {"rows must have 3T rows", [](GatherCall& c) { c.rows.shape[0] = 8; }},
+      {"rows must be (3T, 6H)", [](GatherCall& c) { c.rows.shape[1] = 6 * H + 1; }},
+      {"rows row stride must be >= 6H", [](GatherCall& c) { c.rows.strides[0] = 5 * H; }},
+      {"rows must have unit column stride", [](GatherCall& c) { c.rows.strides[1] = 2; }},
+      {"token_tags must have timestep_indices' dtype int64 (got int32)", [](GatherCall& c) { c.tags.t.dtype = kI32; }},
+      {"token_tags must be (S,) = (7,)", [](GatherCall& c) { c.tags.shape[0] = 8; }},
+      {"out must be (6, 7, 5376)", [](GatherCall& c) { c.out.shape[0] = 5; }},
+      {"out must have rows' dtype", [](GatherCall& c) { c.out.t.dtype = kF32; }},
+      {"out must not overlap rows", [](GatherCall& c) { c.out.t.data = reinterpret_cast<void*>(1 * GiB); }},
+      {"timestep_indices must be int32 or int64", [](GatherCall& c) { c.ti.t.dtype = kBF16; }},
+  };
+  for (const Case& c : cases) {
+    GatherCall call;
+    c.mutate(call);
+    auto plan = call.plan();
+    ASSERT_FALSE(static_cast<bool>(plan)) << c.expect;
+    const ErrorReport report = take_error(plan.takeError());
+    EXPECT_EQ(report.code, ErrorCode::InvalidArgument);
+    EXPECT_NE(report.message.find(std::string("adaln_row_gather: ") + c.expect), std::string::npos)
+        << "expected '" << c.expect << "' in: " << report.message;
   }
 }
 

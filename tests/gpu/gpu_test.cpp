@@ -88,6 +88,47 @@ TEST_F(Gpu, BadIndexIsReportedAndContextStaysUsable) {
   }
 }
 
+TEST_F(Gpu, AdalnRowGatherMatchesHostModelBitwise) {
+  uint64_t seed = 900;
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32}) {
+    for (IndexType index : {IndexType::I64, IndexType::I32}) {
+      for (int64_t seq : {1, 7, 4097}) {
+        for (bool misaligned : {false, true}) {
+          AdalnRowGatherCase c;
+          c.dtype = dtype;
+          c.index = index;
+          c.seq = seq;
+          c.misaligned = misaligned;
+          c.table_stride = (seed % 2) ? 6 * c.hidden : 6 * c.hidden + 8;
+          c.seed = seed++;
+          auto outcome = run_adaln_row_gather_case(runtime(), 0, c);
+          ASSERT_TRUE(static_cast<bool>(outcome)) << llvm::toString(outcome.takeError());
+          EXPECT_TRUE(outcome->passed) << c.name() << ": " << outcome->detail;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Gpu, AdalnRowGatherChecksEachIndexBeforeCombining) {
+  AdalnRowGatherCase bad_t;
+  bad_t.bad_timestep = 3;
+  auto outcome = run_adaln_row_gather_case(runtime(), 0, bad_t);
+  ASSERT_TRUE(static_cast<bool>(outcome)) << llvm::toString(outcome.takeError());
+  EXPECT_NE(outcome->sync.message().find("adaln_row_gather: timestep_indices[3] = 3 is out of range [0, 3)"),
+            std::string::npos)
+      << outcome->sync.message();
+  EXPECT_TRUE(outcome->passed) << outcome->detail;
+  AdalnRowGatherCase bad_tag;
+  bad_tag.bad_tag = 6;
+  outcome = run_adaln_row_gather_case(runtime(), 0, bad_tag);
+  ASSERT_TRUE(static_cast<bool>(outcome)) << llvm::toString(outcome.takeError());
+  EXPECT_NE(outcome->sync.message().find("adaln_row_gather: token_tags[6] = 3 is out of range [0, 3)"),
+            std::string::npos)
+      << outcome->sync.message();
+  EXPECT_TRUE(outcome->passed) << outcome->detail;
+}
+
 TEST_F(Gpu, CheckAfterLaunchReportsAtTheCall) {
   RuntimeOptions options = RuntimeOptions::from_environment();
   options.check_after_launch = true;

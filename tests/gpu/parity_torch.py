@@ -313,6 +313,56 @@ def bad_indices(suite, data, h):
         suite.run("bad_index", name, case, B=b, index=str(idtype).replace("torch.", ""))
 
 
+def row_gather(suite, data, h):
+    """adaln_row_gather against six eager index_selects of the (3T, 6H) rows, bit for bit, then
+    its bad-index paths (each index checked before t * 3 + tag is formed)."""
+    log("adaln_row_gather: six index_selects of the (3T, 6H) view, bitwise; bad timesteps and tags")
+    t = 3
+    for dname, dtype in DTYPES.items():
+        for s in (1, 7, 4097, 32768, 131072):
+            for wide in (False, True):
+                if wide:  # rows view of a wider buffer: row stride 6H + 8 elements
+                    rows = data.rows((3 * t, 6 * h + 8), dtype)[:, :6 * h]
+                else:  # the block's AdaLN table (T, 18H) viewed as (3T, 6H)
+                    rows = data.rows((t, 18 * h), dtype).view(3 * t, 6 * h)
+                ti = torch.randint(0, t, (s,), device="cuda", generator=data.gen())
+                tags = torch.randint(0, 3, (s,), device="cuda", generator=data.gen())
+                for iname, (a, b) in (("int64", (ti, tags)), ("int32", (ti.int(), tags.int()))):
+                    def case(rows=rows, a=a, b=b, ti=ti, tags=tags):
+                        got = suite.xj.adaln_row_gather(rows, a, b)
+                        suite.xj.synchronize()
+                        idx = ti * 3 + tags
+                        for c in range(6):
+                            ok, detail = compare(got[c], rows[:, c * h:(c + 1) * h].index_select(0, idx))
+                            if not ok:
+                                return False, f"chunk {c}: {detail}"
+                        return True, "bitwise equal (6 chunks)"
+                    stride = "6H+8" if wide else "6H"
+                    suite.run("row_gather", f"{dname} S={s} stride={stride} index={iname}", case,
+                              dtype=dname, S=s, index=iname, stride=stride)
+                del rows
+            torch.cuda.empty_cache()
+    rows = data.rows((3 * t, 6 * h), torch.bfloat16)
+    for name, tv, gv, arg in (("timestep = T", t, 0, "timestep_indices"), ("timestep = 2^62 (t*3 would wrap)", 1 << 62, 0,
+                                                                          "timestep_indices"),
+                              ("tag = 3", 0, 3, "token_tags"), ("tag = -1", 0, -1, "token_tags")):
+        ti = torch.zeros(64, dtype=torch.int64, device="cuda")
+        tags = torch.zeros(64, dtype=torch.int64, device="cuda")
+        ti[9], tags[9] = tv, gv
+
+        def case(ti=ti, tags=tags, arg=arg):
+            ok, detail = expect_error(suite.xj, 5, lambda: suite.xj.adaln_row_gather(rows, ti, tags),
+                                      f"adaln_row_gather: {arg}[9]")
+            if not ok:
+                return ok, detail
+            good = suite.xj.adaln_row_gather(rows, torch.zeros_like(ti), torch.zeros_like(tags))
+            suite.xj.synchronize()
+            ok2, detail2 = compare(good[0], rows[:1, :h].expand(64, h))
+            return ok2, f"{detail}; then a good call: {detail2}"
+
+        suite.run("row_gather_bad_index", name, case)
+
+
 def write_reports(args, suite, meta):
     fails = [c for c in suite.cases if c["result"] == "FAIL"]
     passes = [c for c in suite.cases if c["result"] == "PASS"]
@@ -323,7 +373,7 @@ def write_reports(args, suite, meta):
             json.dump(dict(meta, cases=suite.cases), f, indent=1)
     if args.report:
         lines = [
-            "# exactjit.gate_residual parity with PyTorch eager (bitwise)", "",
+            "# exactjit parity with PyTorch eager (bitwise): gate_residual, adaln_row_gather", "",
             *(f"- {k}: {v}" for k, v in meta.items() if k != "summary"),
             f"- result: {len(passes)} passed, {len(fails)} failed, "
             f"{meta['summary']['skipped']} skipped", "",
@@ -369,7 +419,8 @@ def main():
         for part in (lambda: grid(suite, data, args.hidden, sizes),
                      lambda: layouts(suite, data, args.hidden),
                      lambda: invalid_arguments(suite, data, args.hidden),
-                     lambda: bad_indices(suite, data, args.hidden)):
+                     lambda: bad_indices(suite, data, args.hidden),
+                     lambda: row_gather(suite, data, args.hidden)):
             try:
                 part()
             except Exception as e:  # setup of a group failed (e.g. out of memory)

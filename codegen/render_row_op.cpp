@@ -1,4 +1,5 @@
-// exactjit codegen for gate_residual: the specialisation constants and the row geometry.
+// exactjit codegen for the row-wise ops (gate_residual, adaln_row_gather): their specialisation
+// constants. Both kernels share the constant block, so each reads like the other.
 #include "codegen/geometry.hpp"
 #include "codegen/render.hpp"
 
@@ -6,42 +7,7 @@
 
 namespace exactjit::codegen {
 
-RowGeometry row_geometry(const KernelSpec& spec) {
-  const int64_t packs = spec.hidden / spec.vec;
-  RowGeometry g;
-  if (packs >= 128) {
-    // Pick the thread count (multiple of 32 in [128, 256]) that leaves the fewest idle lanes on the
-    // last step; ties go to more threads.
-    int best = 256;
-    int64_t best_waste = -1;
-    for (int threads = 256; threads >= 128; threads -= 32) {
-      const int64_t steps = (packs + threads - 1) / threads;
-      const int64_t waste = steps * threads - packs;
-      if (best_waste < 0 || waste < best_waste) {
-        best = threads;
-        best_waste = waste;
-      }
-    }
-    g.threads_per_row = best;
-    g.rows_per_block = 1;
-  } else {
-    int width = 1;
-    while (width < packs) width *= 2;
-    g.threads_per_row = width;
-    g.rows_per_block = 128 / width;
-  }
-  const int64_t steps = (packs + g.threads_per_row - 1) / g.threads_per_row;
-  g.unroll = 1;
-  for (int unroll : {4, 3, 2}) {
-    if (steps % unroll == 0) {
-      g.unroll = unroll;
-      break;
-    }
-  }
-  return g;
-}
-
-std::string render_gate_residual_constants(const KernelSpec& spec) {
+std::string render_row_constants(const KernelSpec& spec) {
   const RowGeometry g = row_geometry(spec);
   return fmt::format(
       "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"

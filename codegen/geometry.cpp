@@ -1,0 +1,46 @@
+// exactjit launch geometry of row-wise kernels (see geometry.hpp).
+#include "codegen/geometry.hpp"
+
+namespace exactjit::codegen {
+
+int64_t packs_per_row(const KernelSpec& spec) {
+  const int64_t elements = spec.op == Op::AdalnRowGather ? 6 * spec.hidden : spec.hidden;
+  return elements / spec.vec;
+}
+
+RowGeometry row_geometry(const KernelSpec& spec) {
+  const int64_t packs = packs_per_row(spec);
+  RowGeometry g;
+  if (packs >= 128) {
+    // Pick the thread count (multiple of 32 in [128, 256]) that leaves the fewest idle lanes on the
+    // last step; ties go to more threads.
+    int best = 256;
+    int64_t best_waste = -1;
+    for (int threads = 256; threads >= 128; threads -= 32) {
+      const int64_t steps = (packs + threads - 1) / threads;
+      const int64_t waste = steps * threads - packs;
+      if (best_waste < 0 || waste < best_waste) {
+        best = threads;
+        best_waste = waste;
+      }
+    }
+    g.threads_per_row = best;
+    g.rows_per_block = 1;
+  } else {
+    int width = 1;
+    while (width < packs) width *= 2;
+    g.threads_per_row = width;
+    g.rows_per_block = 128 / width;
+  }
+  const int64_t steps = (packs + g.threads_per_row - 1) / g.threads_per_row;
+  g.unroll = 1;
+  for (int unroll : {4, 3, 2}) {
+    if (steps % unroll == 0) {
+      g.unroll = unroll;
+      break;
+    }
+  }
+  return g;
+}
+
+}  // namespace exactjit::codegen

@@ -1,0 +1,100 @@
+// exactjit op adaln_row_gather: validate, spec, geometry, parameters.
+#include "kernels/adaln_row_gather.hpp"
+
+#include "codegen/geometry.hpp"
+#include "kernels/tensor_check.hpp"
+
+#include <fmt/format.h>
+
+#include <climits>
+
+namespace exactjit {
+namespace {
+constexpr std::string_view kOp = "adaln_row_gather";
+ArgName arg(std::string_view name) { return {kOp, name}; }
+}  // namespace
+
+KernelSpec adaln_row_gather_spec(DType dtype, IndexType index, int64_t hidden, int64_t table_stride, int vec) {
+  KernelSpec spec;
+  spec.op = Op::AdalnRowGather;
+  spec.dtype = dtype;
+  spec.index = index;
+  spec.hidden = hidden;
+  spec.table_stride = table_stride;
+  spec.vec = vec;
+  return spec;
+}
+
+llvm::Expected<LaunchPlan> plan_adaln_row_gather(const AdalnRowGatherArgs& a) {
+  const std::pair<const char*, const DLTensor*> tensors[] = {
+      {"rows", &a.rows}, {"timestep_indices", &a.timestep_indices}, {"token_tags", &a.token_tags}, {"out", &a.out}};
+  for (const auto& [name, tensor] : tensors)
+    if (auto err = require_cuda(arg(name), *tensor)) return err;
+  for (const auto& [name, tensor] : tensors)
+    if (tensor->device.device_id != a.rows.device.device_id)
+      return invalid(arg(name), fmt::format("is on CUDA device {} but rows is on device {}",
+                                            tensor->device.device_id, a.rows.device.device_id));
+  auto dtype = float_dtype(arg("rows"), a.rows);
+  if (!dtype) return dtype.takeError();
+  auto out_dtype = float_dtype(arg("out"), a.out);
+  if (!out_dtype) return out_dtype.takeError();
+  if (*out_dtype != *dtype)
+    return invalid(arg("out"), fmt::format("must have rows' dtype {} (got {})", dtype_name(*dtype), dtype_name(*out_dtype)));
+  auto index_type = index_dtype(arg("timestep_indices"), a.timestep_indices);
+  if (!index_type) return index_type.takeError();
+  auto tag_type = index_dtype(arg("token_tags"), a.token_tags);
+  if (!tag_type) return tag_type.takeError();
+  if (*tag_type != *index_type)
+    return invalid(arg("token_tags"), fmt::format("must have timestep_indices' dtype {} (got {})",
+                                                  index_type_name(*index_type), index_type_name(*tag_type)));
+
+  if (a.rows.ndim != 2 || a.rows.shape[1] % 6 != 0 || a.rows.shape[1] < 6)
+    return invalid(arg("rows"), fmt::format("must be (3T, 6H) (got {})", shape_string(a.rows)));
+  const int64_t hidden = a.rows.shape[1] / 6;
+  if (hidden > INT_MAX / 6) return invalid(arg("rows"), fmt::format("hidden size {} is too large", hidden));
+  const int64_t table_rows = a.rows.shape[0];
+  if (table_rows < 3 || table_rows % 3 != 0)
+    return invalid(arg("rows"), fmt::format("must have 3T rows, one per modality and timestep (got {})", table_rows));
+  if (stride_of(a.rows, 1) != 1)
+    return invalid(arg("rows"), fmt::format("must have unit column stride (got {})", stride_of(a.rows, 1)));
+  const int64_t table_stride = stride_of(a.rows, 0);
+  if (table_stride < 6 * hidden)
+    return invalid(arg("rows"), fmt::format("row stride must be >= 6H = {} (got {})", 6 * hidden, table_stride));
+
+  const DLTensor* indices[] = {&a.timestep_indices, &a.token_tags};
+  const char* index_names[] = {"timestep_indices", "token_tags"};
+  if (a.timestep_indices.ndim != 1)
+    return invalid(arg("timestep_indices"), fmt::format("must be (S,) (got {})", shape_string(a.timestep_indices)));
+  const int64_t seq = a.timestep_indices.shape[0];
+  for (int k = 0; k < 2; ++k) {
+    if (indices[k]->ndim != 1 || indices[k]->shape[0] != seq)
+      return invalid(arg(index_names[k]), fmt::format("must be (S,) = ({},) (got {})", seq, shape_string(*indices[k])));
+    if (!is_contiguous(*indices[k])) return invalid(arg(index_names[k]), "must be contiguous");
+  }
+  if (a.out.ndim != 3 || a.out.shape[0] != 6 || a.out.shape[1] != seq || a.out.shape[2] != hidden)
+    return invalid(arg("out"), fmt::format("must be (6, {}, {}) (got {})", seq, hidden, shape_string(a.out)));
+  if (!is_contiguous(a.out)) return invalid(arg("out"), "must be contiguous");
+  for (const auto& [name, tensor] : {tensors[0], tensors[1], tensors[2]})
+    if (overlaps(a.out, *tensor)) return invalid(arg("out"), fmt::format("must not overlap {}", name));
+
+  const int wide = static_cast<int>(16 / dtype_size(*dtype));
+  const bool vector_ok = hidden % wide == 0 && table_stride % wide == 0 && data_address(a.rows) % 16 == 0 &&
+                         data_address(a.out) % 16 == 0;
+  LaunchPlan plan;
+  plan.spec = adaln_row_gather_spec(*dtype, *index_type, hidden, table_stride, vector_ok ? wide : 1);
+  plan.device_id = a.rows.device.device_id;
+  const codegen::RowGeometry geometry = codegen::row_geometry(plan.spec);
+  const int64_t blocks = (seq + geometry.rows_per_block - 1) / geometry.rows_per_block;
+  if (blocks > INT_MAX) return invalid(arg("timestep_indices"), fmt::format("S = {} is too long for one launch", seq));
+  plan.grid = static_cast<uint32_t>(blocks);
+  plan.threads = static_cast<uint32_t>(geometry.threads());
+  plan.push_pointer(data_address(a.rows));
+  plan.push_pointer(data_address(a.timestep_indices));
+  plan.push_pointer(data_address(a.token_tags));
+  plan.push_pointer(data_address(a.out));
+  plan.push(static_cast<uint64_t>(seq));
+  plan.push(static_cast<uint64_t>(table_rows / 3));
+  return plan;
+}
+
+}  // namespace exactjit

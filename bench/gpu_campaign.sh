@@ -29,7 +29,7 @@ step selftest selftest.log ./.carry/exactjit selftest
 step tune tune.log ./.carry/tune_gate_residual 131072 30
 cat "$LOGS/tune.log"
 step parity parity.log python3 tests/gpu/parity_torch.py --report "$OUT/parity.md" --json "$OUT/parity.json"
-step bench bench.log python3 bench/bench_gate_residual.py --report "$OUT/bench.md" --json "$OUT/bench.json"
+step bench bench.log python3 bench/bench_gate_residual.py --dtypes bf16,fp16,fp32 --report "$OUT/bench.md" --json "$OUT/bench.json"
 cat "$OUT/bench.md" 2>/dev/null
 tar -C "$OUT" -czf "$OUT/logs.tgz" logs && rm -rf "$LOGS"  # at most 8 files come back
 printf '%s\n' "${summary[@]}"

@@ -73,6 +73,14 @@ exactjit_status_t xj_adaln_row_gather(xj_runtime* runtime, const DLTensor* rows,
   return finish(runtime->runtime.adaln_row_gather(*rows, *timestep_indices, *token_tags, *out, stream));
 }
 
+exactjit_status_t xj_rms_norm(xj_runtime* runtime, const DLTensor* x, const DLTensor* weight, const DLTensor* shift,
+                              const DLTensor* scale, const DLTensor* index, const DLTensor* out, const DLTensor* rstd,
+                              double eps, void* stream) {
+  if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "rms_norm: runtime must not be NULL");
+  if (!x || !out) return fail(XJ_ERROR_INVALID_ARGUMENT, "rms_norm: x and out must not be NULL");
+  return finish(runtime->runtime.rms_norm(*x, weight, shift, scale, index, *out, rstd, eps, stream));
+}
+
 exactjit_status_t xj_synchronize(xj_runtime* runtime, int device_id, void* stream) {
   if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "synchronize: runtime must not be NULL");
   return finish(runtime->runtime.synchronize(device_id, stream));

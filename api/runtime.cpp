@@ -9,6 +9,7 @@
 #include "codegen/render.hpp"
 #include "kernels/adaln_row_gather.hpp"
 #include "kernels/gate_residual.hpp"
+#include "kernels/rms_norm.hpp"
 #include "runtime/device_errors.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/nvrtc.hpp"
@@ -189,6 +190,13 @@ Status Runtime::gate_residual(const DLTensor& residual, const DLTensor& gate, co
 Status Runtime::adaln_row_gather(const DLTensor& rows, const DLTensor& timestep_indices, const DLTensor& token_tags,
                                  const DLTensor& out, void* stream) {
   auto plan = plan_adaln_row_gather({rows, timestep_indices, token_tags, out});
+  if (!plan) return to_status(plan.takeError());
+  return to_status(impl_->launch(*plan, stream));
+}
+
+Status Runtime::rms_norm(const DLTensor& x, const DLTensor* weight, const DLTensor* shift, const DLTensor* scale,
+                         const DLTensor* index, const DLTensor& out, const DLTensor* rstd, double eps, void* stream) {
+  auto plan = plan_rms_norm({x, weight, shift, scale, index, out, rstd, eps});
   if (!plan) return to_status(plan.takeError());
   return to_status(impl_->launch(*plan, stream));
 }

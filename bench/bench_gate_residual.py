@@ -292,13 +292,101 @@ def bench_row_gather(timer, xj, s, h, seed, copy_gbs):
     return out
 
 
+EPS = 1e-5
+
+
+def rms_norm_modulated_eager(x, shift, scale, idx):
+    h = x.shape[-1]
+    return torch.nn.functional.rms_norm(x, (h,), None, EPS) * (1 + scale.index_select(0, idx)) + \
+        shift.index_select(0, idx)
+
+
+def rms_norm_modulated_for_compile(x, shift, scale, idx):
+    h = x.shape[-1]
+    return torch.nn.functional.rms_norm(x, (h,), None, EPS) * (1 + scale.index_select(0, idx)) + \
+        shift.index_select(0, idx)
+
+
+def rms_norm_modulated_for_compile_emulate(x, shift, scale, idx):
+    h = x.shape[-1]
+    return torch.nn.functional.rms_norm(x, (h,), None, EPS) * (1 + scale.index_select(0, idx)) + \
+        shift.index_select(0, idx)
+
+
+def bench_rms_norm(timer, xj, s, h, seed, copy_gbs):
+    """rms_norm (bf16): AdaLN-modulated block form vs eager, torch.compile (with and without
+    emulate_precision_casts), and the plain weighted norm vs PyTorch's fused RMSNorm.
+    bytes = 2*S*H*elem (read x, write out; table rows stay in L2)."""
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+    dtype, elem = torch.bfloat16, 2
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    n = max(2, math.ceil(WORKING_SET / (2 * s * h * elem)))
+    sets, plain_sets = [], []
+    for _ in range(n):
+        x = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype)
+        table = torch.randn((T, 18 * h), generator=gen, device="cuda", dtype=dtype).view(3 * T, 6 * h)
+        idx = torch.randint(0, 3 * T, (s,), generator=gen, device="cuda")
+        sets.append((x, table[:, 0:h], table[:, h:2 * h], idx))
+        plain_sets.append((x, (1 + 0.1 * torch.randn(h, generator=gen, device="cuda")).to(dtype)))
+    nbytes = 2 * s * h * elem
+    floor_ms = nbytes / (copy_gbs * 1e9) * 1e3
+
+    def compiled(fn, emulate):
+        torch._dynamo.reset()
+        if hasattr(inductor_config, "emulate_precision_casts"):
+            inductor_config.emulate_precision_casts = emulate
+        return torch.compile(fn, dynamic=False)
+
+    def xj_modulated(x, shift, scale, idx):
+        return xj.rms_norm(x, None, EPS, shift=shift, scale=scale, index=idx)
+
+    cases = [("rms_norm+mod eager", lambda: rms_norm_modulated_eager, sets),
+             ("rms_norm+mod exactjit", lambda: xj_modulated, sets),
+             ("rms_norm+mod torch.compile", lambda: compiled(rms_norm_modulated_for_compile, False), sets),
+             ("rms_norm+mod compile+emulate", lambda: compiled(rms_norm_modulated_for_compile_emulate, True), sets),
+             ("rms_norm eager (fused)", lambda: (lambda x, w: torch.nn.functional.rms_norm(x, (h,), w, EPS)),
+              plain_sets),
+             ("rms_norm exactjit", lambda: (lambda x, w: xj.rms_norm(x, w, EPS)), plain_sets)]
+    refs = {id(sets): rms_norm_modulated_eager(*sets[0]),
+            id(plain_sets): torch.nn.functional.rms_norm(plain_sets[0][0], (h,), plain_sets[0][1], EPS)}
+    out = []
+    for name, make, argsets in cases:
+        row = dict(dtype="bf16", S=s, B=1, H=h, op=name, bytes=nbytes, floor_ms=round(floor_ms, 4))
+        try:
+            fn = make()
+            got = fn(*argsets[0])
+            if xj is not None:
+                xj.synchronize()
+            row["bitwise"] = bitwise_equal(got, refs[id(argsets)])
+            ms, host_us, inner = timer.median_ms(fn, argsets)
+            row.update(ms=ms, gbs=nbytes / (ms * 1e-3) / 1e9, host_us=host_us, batch=inner)
+            row["pct_copy"] = 100.0 * row["gbs"] / copy_gbs
+            log(f"  {name:<30} {ms:.4f} ms  bitwise={row['bitwise']}")
+        except Exception as e:
+            traceback.print_exc()
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        finally:
+            if hasattr(inductor_config, "emulate_precision_casts"):
+                inductor_config.emulate_precision_casts = False
+        out.append(row)
+    eager_ms = {r["op"].split(" ")[0]: r["ms"] for r in out if "ms" in r and "eager" in r["op"]}
+    for r in out:
+        if "ms" in r and r["op"].split(" ")[0] in eager_ms:
+            r["vs_eager"] = eager_ms[r["op"].split(" ")[0]] / r["ms"]
+    del sets, plain_sets, refs
+    torch.cuda.empty_cache()
+    return out
+
+
 def markdown(meta, rows):
     lines = [
-        "# gate_residual and adaln_row_gather forward: exactjit vs PyTorch eager vs torch.compile", "",
+        "# gate_residual, adaln_row_gather and rms_norm forward: exactjit vs PyTorch eager vs torch.compile", "",
         *(f"- {k}: {v}" for k, v in meta.items()),
         "- bytes = 3*B*S*H*elem (read residual, read y, write out) + R*H*elem (gate rows once, "
         "R = 3T); floor = bytes / copy bandwidth. adaln_row_gather: bytes = 6*S*H*elem written "
-        "(table rows stay in L2), floor = bytes / copy bandwidth",
+        "(table rows stay in L2), floor = bytes / copy bandwidth. rms_norm: bytes = 2*S*H*elem "
+        "(read x, write out)",
         "- speedup = reference ms / this op's ms (> 1: this op is faster); bitwise = output equal "
         "to eager bit for bit; host us/call = Python time to issue one call (above median ms, "
         "a real program would be launch-bound at this size)", "",
@@ -359,6 +447,9 @@ def main():
                 rows += bench_case(timer, xj, ops, dtype_name, s, args.hidden, args.seed, copy_gbs)
         for s in sizes:
             rows += bench_row_gather(timer, xj, s, args.hidden, args.seed, copy_gbs)
+        if xj is not None:
+            for s in sizes:
+                rows += bench_rms_norm(timer, xj, s, args.hidden, args.seed, copy_gbs)
     meta["seconds"] = round(time.perf_counter() - t_start, 1)
 
     report = markdown(meta, rows)

@@ -13,7 +13,7 @@ cl::SubCommand info_command("info", "Show NVRTC, driver, GPU and cache directori
 cl::SubCommand selftest_command("selftest", "Run every catalog op on the GPU against the host model, bitwise");
 
 #define XJ_SPEC_SUBS cl::sub(prewarm_command), cl::sub(inspect_command)
-cl::opt<std::string> op_flag("op", cl::desc("Op: gate_residual"), cl::value_desc("name"), XJ_SPEC_SUBS,
+cl::opt<std::string> op_flag("op", cl::desc("Op: gate_residual | adaln_row_gather | rms_norm"), cl::value_desc("name"), XJ_SPEC_SUBS,
                              cl::cat(category));
 cl::opt<long long> hidden_flag("hidden", cl::desc("Hidden size H (default 5376)"), cl::value_desc("H"),
                                cl::init(0), XJ_SPEC_SUBS, cl::cat(category));

@@ -25,7 +25,7 @@ struct FamilyRequest {
 
 llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, const Target& fallback) {
   const std::optional<Op> op = parse_op(request.op);
-  if (!op) return usage(fmt::format("unknown op '{}' (known: gate_residual)", request.op));
+  if (!op) return usage(fmt::format("unknown op '{}' (known: gate_residual, adaln_row_gather, rms_norm)", request.op));
   Target target = fallback;
   if (!request.arch.empty()) {
     const std::optional<Target> parsed = parse_target(request.arch);
@@ -33,7 +33,8 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
     target = *parsed;
   }
   const int64_t hidden = request.hidden ? request.hidden : kDefaultHidden;
-  const int64_t stride = request.table_stride ? request.table_stride : 6 * hidden;
+  // rms_norm without a table stride is the plain norm; the table ops default to the block's 6H.
+  const int64_t stride = request.table_stride ? request.table_stride : *op == Op::RmsNorm ? 0 : 6 * hidden;
   std::vector<DType> dtypes;
   if (request.dtype.empty()) {
     dtypes = {DType::BF16, DType::F16, DType::F32};
@@ -138,7 +139,7 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
   if (!index) return usage(fmt::format("bad --index-type '{}' (int64 or int32)", index_type_flag.getValue()));
   for (const KernelSpec& spec : *family) {
     if (spec.index != *index) continue;
-    if (vec_flag == 0 || spec.vec == vec_flag) return std::vector<KernelSpec>{spec};  // widest comes first
+    if (vec_flag == 0 || spec.vec == vec_flag) return std::vector<KernelSpec>{spec};  // widest / weighted first
   }
   return usage(fmt::format("no {} spec with --vec {} (1, or 16 bytes' worth when H and the stride allow it)",
                            request.op, vec_flag.getValue()));

@@ -13,6 +13,7 @@ std::string_view op_name(Op op) {
   switch (op) {
     case Op::GateResidual: return "gate_residual";
     case Op::AdalnRowGather: return "adaln_row_gather";
+    case Op::RmsNorm: return "rms_norm";
   }
   return "unknown";
 }
@@ -40,6 +41,7 @@ size_t dtype_size(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
 std::optional<Op> parse_op(std::string_view text) {
   if (text == "gate_residual") return Op::GateResidual;
   if (text == "adaln_row_gather") return Op::AdalnRowGather;
+  if (text == "rms_norm") return Op::RmsNorm;
   return std::nullopt;
 }
 
@@ -72,15 +74,15 @@ std::optional<Target> parse_target(std::string_view text) {
 }
 
 std::string KernelSpec::describe() const {
-  return fmt::format("{} dtype={} hidden={} table_stride={} vec={} index={} target={}", op_name(op),
-                     dtype_name(dtype), hidden, table_stride, vec, index_type_name(index),
-                     target.name());
+  return fmt::format("{} dtype={} hidden={} table_stride={} vec={} index={} target={}{}", op_name(op),
+                     dtype_name(dtype), hidden, table_stride, vec, index_type_name(index), target.name(),
+                     op == Op::RmsNorm ? (weighted ? " weight=yes" : " weight=no") : "");
 }
 
 std::string KernelSpec::stem() const {
-  return fmt::format("{}_{}_h{}_ts{}_v{}_{}_{}{}", op_name(op), dtype_name(dtype), hidden,
+  return fmt::format("{}_{}_h{}_ts{}_v{}_{}_{}{}{}", op_name(op), dtype_name(dtype), hidden,
                      table_stride, vec, index == IndexType::I32 ? "i32" : "i64",
-                     target.ptx ? "compute" : "sm", target.sm);
+                     target.ptx ? "compute" : "sm", target.sm, weighted ? "_w" : "");
 }
 
 size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
@@ -93,7 +95,8 @@ size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
     }
   };
   mix(static_cast<uint64_t>(s.op) | static_cast<uint64_t>(s.dtype) << 8 |
-      static_cast<uint64_t>(s.index) << 16 | static_cast<uint64_t>(s.target.ptx) << 24);
+      static_cast<uint64_t>(s.index) << 16 | static_cast<uint64_t>(s.target.ptx) << 24 |
+      static_cast<uint64_t>(s.weighted) << 32);
   mix(static_cast<uint64_t>(s.hidden));
   mix(static_cast<uint64_t>(s.table_stride));
   mix(static_cast<uint64_t>(s.vec) << 32 | static_cast<uint32_t>(s.target.sm));

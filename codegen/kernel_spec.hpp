@@ -14,7 +14,7 @@
 
 namespace exactjit {
 
-enum class Op : uint8_t { GateResidual, AdalnRowGather };
+enum class Op : uint8_t { GateResidual, AdalnRowGather, RmsNorm };
 enum class DType : uint8_t { F32 = 0, BF16 = 1, F16 = 2 };  // values match templates' StorageOf
 enum class IndexType : uint8_t { I32, I64 };
 
@@ -32,13 +32,14 @@ struct KernelSpec {
   DType dtype = DType::BF16;
   IndexType index = IndexType::I64;
   int64_t hidden = 0;        ///< H
-  int64_t table_stride = 0;  ///< row stride of the table view, in elements
+  int64_t table_stride = 0;  ///< row stride of the table view, in elements (rms_norm: 0 = plain)
   int vec = 1;               ///< elements per memory access (16 bytes / element size, or 1)
+  bool weighted = false;     ///< rms_norm: multiplies by a weight vector
   Target target;
 
   bool operator==(const KernelSpec& o) const {
     return op == o.op && dtype == o.dtype && index == o.index && hidden == o.hidden &&
-           table_stride == o.table_stride && vec == o.vec && target == o.target;
+           table_stride == o.table_stride && vec == o.vec && weighted == o.weighted && target == o.target;
   }
   /// Canonical, human-readable description, e.g.
   /// "gate_residual dtype=bf16 hidden=5376 table_stride=32256 vec=8 index=int64 target=sm_90".

@@ -53,6 +53,10 @@ KernelSource render(const KernelSpec& spec) {
       source.text = assemble(spec, source.entry, render_row_constants(spec),
                              {"numerics.cuh", "vector_io.cuh", "error_record.cuh", "adaln_row_gather.cuh"});
       break;
+    case Op::RmsNorm:
+      source.text = assemble(spec, source.entry, render_rms_norm_constants(spec),
+                             {"numerics.cuh", "vector_io.cuh", "error_record.cuh", "rms_norm.cuh"});
+      break;
   }
   source.options = nvrtc_options(spec.target);
   return source;

@@ -21,6 +21,10 @@ std::string entry_name(const KernelSpec& spec);
 /// The constant block of the row-wise ops (gate_residual, adaln_row_gather).
 std::string render_row_constants(const KernelSpec& spec);
 
+/// rms_norm: rows per block (each row has 128 threads) and its constant block.
+inline constexpr int kRmsNormRowsPerBlock = 2;
+std::string render_rms_norm_constants(const KernelSpec& spec);
+
 /// The common frame of every generated file: banner, entry macro, the op's constants, then the
 /// named templates in order.
 std::string assemble(const KernelSpec& spec, const std::string& entry, const std::string& constants,

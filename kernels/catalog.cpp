@@ -3,6 +3,7 @@
 
 #include "kernels/adaln_row_gather.hpp"
 #include "kernels/gate_residual.hpp"
+#include "kernels/rms_norm.hpp"
 #include "runtime/errors.hpp"
 
 #include <fmt/format.h>
@@ -13,6 +14,17 @@ namespace exactjit {
 
 std::vector<KernelSpec> spec_family(Op op, DType dtype, int64_t hidden, int64_t table_stride, Target target) {
   std::vector<KernelSpec> specs;
+  if (op == Op::RmsNorm) {  // fixed 4-element vectors; weighted and unweighted; index types if modulated
+    for (IndexType index : table_stride > 0 ? std::vector<IndexType>{IndexType::I64, IndexType::I32}
+                                            : std::vector<IndexType>{IndexType::I64}) {
+      for (bool weighted : {true, false}) {
+        KernelSpec spec = rms_norm_spec(dtype, index, hidden, table_stride, weighted);
+        spec.target = target;
+        specs.push_back(spec);
+      }
+    }
+    return specs;
+  }
   const int wide = static_cast<int>(16 / dtype_size(dtype));
   std::vector<int> widths{1};
   if (hidden % wide == 0 && table_stride % wide == 0) widths.insert(widths.begin(), wide);
@@ -22,6 +34,7 @@ std::vector<KernelSpec> spec_family(Op op, DType dtype, int64_t hidden, int64_t 
       switch (op) {
         case Op::GateResidual: spec = gate_residual_spec(dtype, index, hidden, table_stride, vec); break;
         case Op::AdalnRowGather: spec = adaln_row_gather_spec(dtype, index, hidden, table_stride, vec); break;
+        case Op::RmsNorm: break;  // handled above
       }
       spec.target = target;
       specs.push_back(spec);
@@ -39,6 +52,9 @@ std::vector<KernelSpec> default_catalog(Target target) {
     add(Op::GateResidual, dtype, 6 * kDefaultHidden);
     add(Op::GateResidual, dtype, 2 * kDefaultHidden);
     add(Op::AdalnRowGather, dtype, 6 * kDefaultHidden);
+    add(Op::RmsNorm, dtype, 0);                    // plain (nn.RMSNorm, F.rms_norm)
+    add(Op::RmsNorm, dtype, 6 * kDefaultHidden);   // block modulation over the (3T, 6H) chunks
+    add(Op::RmsNorm, dtype, 2 * kDefaultHidden);   // final-norm modulation over the (T, 2H) table
   }
   return specs;
 }
@@ -48,6 +64,13 @@ llvm::Error validate_spec(const KernelSpec& spec) {
     return make_error(ErrorCode::InvalidArgument, fmt::format("{}: {}", spec.describe(), rule));
   };
   if (spec.hidden < 1 || spec.hidden > INT_MAX) return bad(fmt::format("hidden must be in [1, {}]", INT_MAX));
+  if (spec.op == Op::RmsNorm) {
+    if (spec.hidden % 4 != 0) return bad("rms_norm needs hidden % 4 == 0 (PyTorch's vectorized path)");
+    if (spec.table_stride != 0 && (spec.table_stride < spec.hidden || spec.table_stride % 4 != 0))
+      return bad("table stride must be 0 (plain) or a multiple of 4 that is >= hidden");
+    if (spec.target.sm < 75) return bad("targets older than sm_75 are not supported");
+    return llvm::Error::success();
+  }
   const int64_t row_elements = spec.op == Op::AdalnRowGather ? 6 * spec.hidden : spec.hidden;
   if (spec.table_stride < row_elements)
     return bad(spec.op == Op::AdalnRowGather ? "table stride must be >= 6 x hidden" : "table stride must be >= hidden");

@@ -6,6 +6,7 @@
 #include "codegen/kernel_spec.hpp"
 
 #include <cstdint>
+#include <cstring>
 
 namespace exactjit {
 
@@ -21,6 +22,12 @@ struct LaunchPlan {
 
   void push(uint64_t value) { params[param_count++] = value; }
   void push_pointer(uint64_t address) { push(address); }
+  /// A 32-bit float parameter: the driver reads its 4 bytes from the start of the slot.
+  void push_float(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    push(bits);
+  }
 };
 
 }  // namespace exactjit

@@ -57,6 +57,12 @@ XJ_API exactjit_status_t xj_adaln_row_gather(xj_runtime* runtime, const DLTensor
                                              const DLTensor* timestep_indices, const DLTensor* token_tags,
                                              const DLTensor* out, void* stream);
 
+/* RMSNorm bitwise equal to PyTorch's, optionally AdaLN-modulated (exactjit.hpp). weight, shift,
+ * scale, index and rstd may be NULL (shift, scale and index together). */
+XJ_API exactjit_status_t xj_rms_norm(xj_runtime* runtime, const DLTensor* x, const DLTensor* weight,
+                                     const DLTensor* shift, const DLTensor* scale, const DLTensor* index,
+                                     const DLTensor* out, const DLTensor* rstd, double eps, void* stream);
+
 /* Waits for stream on device_id and reports a bad index found by a kernel since the last check. */
 XJ_API exactjit_status_t xj_synchronize(xj_runtime* runtime, int device_id, void* stream);
 

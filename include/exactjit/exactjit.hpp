@@ -64,6 +64,14 @@ class Runtime {
   Status adaln_row_gather(const DLTensor& rows, const DLTensor& timestep_indices, const DLTensor& token_tags,
                           const DLTensor& out, void* stream);
 
+  /// PyTorch's fused RMSNorm, bitwise, row by row: out = rT(w * (rstd * x)) (no w: rT(rstd * x)),
+  /// rstd = rsqrt(mean(x^2) + eps) in PyTorch's reduction order. With shift, scale (R, H) table
+  /// views of one row stride and index (S,), the AdaLN modulation follows in the same kernel:
+  /// out = rT(rT(n * rT(1 + scale[i])) + shift[i]), i = index[r mod S]. x: (..., H) contiguous,
+  /// H % 4 == 0, aligned to 4 elements; weight (H,) or null; rstd: (M,) fp32 or null.
+  Status rms_norm(const DLTensor& x, const DLTensor* weight, const DLTensor* shift, const DLTensor* scale,
+                  const DLTensor* index, const DLTensor& out, const DLTensor* rstd, double eps, void* stream);
+
   /// Waits for `stream` on `device_id` and reports any bad index a kernel found since the last
   /// check (then clears it).
   Status synchronize(int device_id, void* stream);

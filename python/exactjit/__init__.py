@@ -20,7 +20,7 @@ from ._runtime import Runtime
 __all__ = [
     "BadIndexError", "CacheIOError", "CompileError", "CudaError", "Error", "InternalError",
     "InvalidArgumentError", "OfflineMissError", "Runtime", "Status", "UnavailableError",
-    "adaln_row_gather", "gate_residual", "library_path", "runtime", "synchronize", "version",
+    "adaln_row_gather", "gate_residual", "rms_norm", "library_path", "runtime", "synchronize", "version",
 ]
 
 _default_runtime = None
@@ -60,6 +60,11 @@ def adaln_row_gather(rows, timestep_indices, token_tags):
     """The six (S, H) AdaLN chunks rows[ti * 3 + tag, cH:(c+1)H], bit for bit; see
     Runtime.adaln_row_gather."""
     return runtime().adaln_row_gather(rows, timestep_indices, token_tags)
+
+
+def rms_norm(x, weight, eps, shift=None, scale=None, index=None, return_rstd=False):
+    """PyTorch's RMSNorm (optionally AdaLN-modulated), bit for bit; see Runtime.rms_norm."""
+    return runtime().rms_norm(x, weight, eps, shift=shift, scale=scale, index=index, return_rstd=return_rstd)
 
 
 def synchronize(device=None, stream=None):

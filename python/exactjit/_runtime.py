@@ -20,6 +20,7 @@ _torch = None
 _current_stream = None  # device index -> CUstream of torch's current stream there, as an int
 _GATE_RESIDUAL_ARGS = ("residual", "gate", "index", "y", "out")
 _ADALN_ROW_GATHER_ARGS = ("rows", "timestep_indices", "token_tags", "out")
+_RMS_NORM_ARGS = ("x", "weight", "shift", "scale", "index", "out", "rstd")
 
 
 def _import_torch():
@@ -186,3 +187,37 @@ class Runtime:
         del packed
         _lib.check(status, "xj_adaln_row_gather")
         return tuple(out.unbind(0))
+
+    def rms_norm(self, x, weight, eps, shift=None, scale=None, index=None, return_rstd=False):
+        """PyTorch's RMSNorm bit for bit (`F.rms_norm(x, (H,), weight, eps)`), optionally with
+        the AdaLN modulation of the same rows in the same kernel:
+        `norm(x) * (1 + scale.index_select(0, index)) + shift.index_select(0, index)`.
+
+        x: (..., S, H) contiguous, H % 4 == 0; weight: (H,) or None; eps: a float (None means
+        FLT_EPSILON, as PyTorch). shift, scale: (R, H) table views with one row stride, index:
+        (S,) int32/int64 shared across the batch (all three or none). Returns out, or
+        (out, rstd) with the fp32 rstd of every row when return_rstd.
+        """
+        torch = _import_torch()
+        if not isinstance(x, torch.Tensor):
+            raise invalid_argument(f"rms_norm: x must be a torch.Tensor, got {type(x).__name__}")
+        optional = {"weight": weight, "shift": shift, "scale": scale, "index": index}
+        for name, value in optional.items():
+            if value is not None and not isinstance(value, torch.Tensor):
+                raise invalid_argument(f"rms_norm: {name} must be a torch.Tensor or None, got {type(value).__name__}")
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, shift, scale)):
+            raise invalid_argument(
+                "rms_norm: an input requires grad but exactjit has no backward for this op yet; call it "
+                "under torch.no_grad() / torch.inference_mode() or detach the inputs")
+        if eps is None:
+            eps = torch.finfo(torch.float32).eps
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if return_rstd else None
+        present = [(n, t) for n, t in zip(_RMS_NORM_ARGS, (x, weight, shift, scale, index, out, rstd)) if t is not None]
+        stream = _current_stream(x.get_device()) if x.is_cuda else None
+        packed, addresses = pack(torch, "rms_norm", [n for n, _ in present], [t for _, t in present])
+        by_name = dict(zip((n for n, _ in present), addresses))
+        status = _lib.lib.xj_rms_norm(self._live(), *(by_name.get(n) for n in _RMS_NORM_ARGS), float(eps), stream)
+        del packed
+        _lib.check(status, "xj_rms_norm")
+        return (out, rstd) if return_rstd else out

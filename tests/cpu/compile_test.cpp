@@ -112,6 +112,21 @@ TEST(PtxAudit, AdalnRowGatherDoesNoFloatingPointArithmetic) {
   EXPECT_GT(float_instructions(*ptx), 0u);
 }
 
+TEST(PtxAudit, RmsNormFusesOnlyTheSumOfSquaresAndApproximatesOnlyRsqrt) {
+  for (const KernelSpec& spec : catalog_of(Op::RmsNorm)) {
+    auto ptx = nvrtc().ptx(codegen::render(spec));
+    ASSERT_TRUE(static_cast<bool>(ptx)) << llvm::toString(ptx.takeError());
+    const size_t quads_per_thread = static_cast<size_t>((spec.hidden / 4 + 127) / 128);
+    EXPECT_EQ(count(*ptx, kFloatFma), 4 * quads_per_thread) << spec.describe();  // s = fma(x, x, s)
+    EXPECT_EQ(count(*ptx, std::regex("\\.approx")), 1u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("rsqrt\\.approx\\.f32")), 1u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("\\.ftz")), 0u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("div\\.rn\\.f32")), 1u) << spec.describe();  // true division by H
+    EXPECT_EQ(count(*ptx, std::regex("shfl\\.sync\\.down")), 5u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("\\b(ld|st)\\.local")), 0u) << spec.describe();  // the row stays in registers
+  }
+}
+
 TEST(PtxAudit, PtxTargetCompilesToPtxText) {
   KernelSpec spec = default_catalog(Target{90, true}).front();
   auto output = nvrtc().compile(codegen::render(spec));

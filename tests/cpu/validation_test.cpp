@@ -4,10 +4,12 @@
 // addresses suffice.
 #include "kernels/adaln_row_gather.hpp"
 #include "kernels/gate_residual.hpp"
+#include "kernels/rms_norm.hpp"
 #include "runtime/errors.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <vector>
 
 namespace exactjit {
@@ -205,6 +207,74 @@ TEST(AdalnRowGatherValidation, RefusesEachBrokenRuleByName) {
     const ErrorReport report = take_error(plan.takeError());
     EXPECT_EQ(report.code, ErrorCode::InvalidArgument);
     EXPECT_NE(report.message.find(std::string("adaln_row_gather: ") + c.expect), std::string::npos)
+        << "expected '" << c.expect << "' in: " << report.message;
+  }
+}
+
+struct NormCall {
+  FakeTensor x{1 * GiB, {2, 7, H}, kBF16};
+  FakeTensor weight{2 * GiB, {H}, kBF16};
+  FakeTensor shift{3 * GiB, {9, H}, kBF16, {6 * H, 1}};
+  FakeTensor scale{3 * GiB + 2 * H * 2, {9, H}, kBF16, {6 * H, 1}};
+  FakeTensor index{4 * GiB, {7}, kI64};
+  FakeTensor out{5 * GiB, {2, 7, H}, kBF16};
+  FakeTensor rstd{6 * GiB, {2, 7}, kF32};
+  bool modulated = true;
+  bool weighted = false;
+  double eps = 1e-5;
+  llvm::Expected<LaunchPlan> plan() {
+    return plan_rms_norm({x.t, weighted ? &weight.t : nullptr, modulated ? &shift.t : nullptr,
+                          modulated ? &scale.t : nullptr, modulated ? &index.t : nullptr, out.t, &rstd.t, eps});
+  }
+};
+
+TEST(RmsNormValidation, AcceptsPlainAndModulatedCalls) {
+  NormCall modulated;
+  auto plan = modulated.plan();
+  ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
+  EXPECT_EQ(plan->spec.op, Op::RmsNorm);
+  EXPECT_EQ(plan->spec.table_stride, 6 * H);
+  EXPECT_FALSE(plan->spec.weighted);
+  EXPECT_EQ(plan->grid, 7u);  // 14 rows, two per block
+  EXPECT_EQ(plan->threads, 256u);
+  float eps = 0;
+  std::memcpy(&eps, &plan->params[10], sizeof eps);
+  EXPECT_EQ(eps, 1e-5f);
+  NormCall plain;
+  plain.modulated = false;
+  plain.weighted = true;
+  auto plain_plan = plain.plan();
+  ASSERT_TRUE(static_cast<bool>(plain_plan)) << llvm::toString(plain_plan.takeError());
+  EXPECT_EQ(plain_plan->spec.table_stride, 0);
+  EXPECT_TRUE(plain_plan->spec.weighted);
+  EXPECT_EQ(plain_plan->params[2], 0u);  // no shift
+}
+
+TEST(RmsNormValidation, RefusesEachBrokenRuleByName) {
+  struct Case {
+    const char* expect;
+    void (*mutate)(NormCall&);
+  };
+  const Case cases[] = {
+      {"x hidden size must be a positive multiple of 4", [](NormCall& c) { c.x.shape[2] = 5374; c.out.shape[2] = 5374; }},
+      {"x must be aligned to 4 elements", [](NormCall& c) { c.x.t.byte_offset = 2; }},
+      {"scale must have shift's row stride", [](NormCall& c) { c.scale.strides[0] = 2 * H; }},
+      {"index length S = 5 must divide", [](NormCall& c) { c.index.shape[0] = 5; }},
+      {"weight must be (5376,) contiguous", [](NormCall& c) { c.weighted = true; c.weight.shape[0] = 12; }},
+      {"rstd must hold one float per row", [](NormCall& c) { c.rstd.shape[1] = 8; }},
+      {"rstd must be float32", [](NormCall& c) { c.rstd.t.dtype = kBF16; }},
+      {"eps must be finite and >= 0", [](NormCall& c) { c.eps = -1; }},
+      {"shift must be (R, 5376)", [](NormCall& c) { c.shift.shape[1] = 64; }},
+      {"out must have x's shape", [](NormCall& c) { c.out.shape[1] = 8; }},
+  };
+  for (const Case& c : cases) {
+    NormCall call;
+    c.mutate(call);
+    auto plan = call.plan();
+    ASSERT_FALSE(static_cast<bool>(plan)) << c.expect;
+    const ErrorReport report = take_error(plan.takeError());
+    EXPECT_EQ(report.code, ErrorCode::InvalidArgument);
+    EXPECT_NE(report.message.find(std::string("rms_norm: ") + c.expect), std::string::npos)
         << "expected '" << c.expect << "' in: " << report.message;
   }
 }

@@ -363,6 +363,58 @@ def row_gather(suite, data, h):
         suite.run("row_gather_bad_index", name, case)
 
 
+def rms_norms(suite, data):
+    """rms_norm plain (with and without weight) against F.rms_norm, and with AdaLN modulation
+    against norm(x) * (1 + scale.index_select(0, i)) + shift.index_select(0, i), bit for bit;
+    rows scaled by 1e-3 and 30, a NaN and an Inf row, a row alone vs in a batch."""
+    log("rms_norm: plain, weighted, block (6H) and final (2H) modulation vs eager, bitwise")
+    import torch.nn.functional as F
+    eps = 1e-5
+    for dname, dtype in DTYPES.items():
+        for h in (1024, 3072, 4096, 5376):
+            for s in (1, 3, 4097, 32768):
+                for b in (1, 2):
+                    x = data.rows((b, s, h), dtype)
+                    if s >= 2:
+                        x[0, 0, 5] = float("nan")
+                        x[0, 1, 7] = float("inf")
+                    w = (1 + 0.1 * torch.randn(h, device="cuda", generator=data.gen())).to(dtype)
+                    t = 3
+                    block = data.rows((t, 18 * h), dtype).view(3 * t, 6 * h)
+                    final = data.rows((t, 2 * h), dtype)
+                    tables = {"6H": (block[:, 0:h], block[:, h:2 * h], 3 * t),
+                              "2H": (final[:, 0:h], final[:, h:2 * h], t)}
+                    base = dict(dtype=dname, H=h, S=s, B=b)
+
+                    def plain(weight):
+                        got = suite.xj.rms_norm(x, weight, eps)
+                        suite.xj.synchronize()
+                        return compare(got, F.rms_norm(x, (h,), weight, eps))
+
+                    suite.run("rms_norm", f"{dname} H={h} S={s} B={b} plain weight", lambda: plain(w), **base)
+                    suite.run("rms_norm", f"{dname} H={h} S={s} B={b} plain no-weight", lambda: plain(None), **base)
+                    for kind, (shift, scale, r) in tables.items():
+                        idx = torch.randint(0, r, (s,), device="cuda", generator=data.gen())
+                        for iname, index in (("int64", idx), ("int32", idx.int())):
+                            def modulated(shift=shift, scale=scale, index=index, idx=idx):
+                                got = suite.xj.rms_norm(x, None, eps, shift=shift, scale=scale, index=index)
+                                suite.xj.synchronize()
+                                ref = F.rms_norm(x, (h,), None, eps) * (1 + scale.index_select(0, idx)) + \
+                                    shift.index_select(0, idx)
+                                ok, detail = compare(got, ref)
+                                if ok and b == 2:  # a row alone vs in a batch
+                                    alone = suite.xj.rms_norm(x[1, -1:].contiguous(), None, eps, shift=shift,
+                                                              scale=scale, index=index[-1:])
+                                    suite.xj.synchronize()
+                                    ok, detail = compare(alone, got[1, -1:])
+                                    detail = "bitwise equal; a row alone equals it in the batch" if ok else detail
+                                return ok, detail
+                            suite.run("rms_norm", f"{dname} H={h} S={s} B={b} modulated {kind} index={iname}",
+                                      modulated, table=kind, index=iname, **base)
+                    del x, block, final
+                torch.cuda.empty_cache()
+
+
 def write_reports(args, suite, meta):
     fails = [c for c in suite.cases if c["result"] == "FAIL"]
     passes = [c for c in suite.cases if c["result"] == "PASS"]
@@ -373,7 +425,7 @@ def write_reports(args, suite, meta):
             json.dump(dict(meta, cases=suite.cases), f, indent=1)
     if args.report:
         lines = [
-            "# exactjit parity with PyTorch eager (bitwise): gate_residual, adaln_row_gather", "",
+            "# exactjit parity with PyTorch eager (bitwise): gate_residual, adaln_row_gather, rms_norm", "",
             *(f"- {k}: {v}" for k, v in meta.items() if k != "summary"),
             f"- result: {len(passes)} passed, {len(fails)} failed, "
             f"{meta['summary']['skipped']} skipped", "",
@@ -420,7 +472,8 @@ def main():
                      lambda: layouts(suite, data, args.hidden),
                      lambda: invalid_arguments(suite, data, args.hidden),
                      lambda: bad_indices(suite, data, args.hidden),
-                     lambda: row_gather(suite, data, args.hidden)):
+                     lambda: row_gather(suite, data, args.hidden),
+                     lambda: rms_norms(suite, data)):
             try:
                 part()
             except Exception as e:  # setup of a group failed (e.g. out of memory)

@@ -1,0 +1,28 @@
+// exactjit codegen for rms_norm: its specialisation constants. The per-row order of operations is
+// fixed by the template; the constants pick the dtype, H, the modulation table and the weight.
+#include "codegen/render.hpp"
+
+#include <fmt/format.h>
+
+namespace exactjit::codegen {
+
+std::string render_rms_norm_constants(const KernelSpec& spec) {
+  return fmt::format(
+      "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
+      "constexpr int kDType = {dtype};  // {dtype_name}\n"
+      "constexpr int kIndexBytes = {index_bytes};  // {index_name}\n"
+      "constexpr int kHidden = {hidden};\n"
+      "constexpr bool kModulated = {modulated};  // shift/scale gathered from table views\n"
+      "constexpr long long kTableStride = {table_stride};\n"
+      "constexpr bool kWeighted = {weighted};\n"
+      "constexpr int kRowsPerBlock = {rows_per_block};  // 128 threads per row\n"
+      "constexpr int kTargetArch = {arch};\n",
+      fmt::arg("op_code", static_cast<int>(spec.op) + 1), fmt::arg("dtype", static_cast<int>(spec.dtype)),
+      fmt::arg("dtype_name", dtype_name(spec.dtype)), fmt::arg("index_bytes", spec.index == IndexType::I32 ? 4 : 8),
+      fmt::arg("index_name", index_type_name(spec.index)), fmt::arg("hidden", spec.hidden),
+      fmt::arg("modulated", spec.table_stride > 0 ? "true" : "false"), fmt::arg("table_stride", spec.table_stride),
+      fmt::arg("weighted", spec.weighted ? "true" : "false"), fmt::arg("rows_per_block", kRmsNormRowsPerBlock),
+      fmt::arg("arch", spec.target.sm));
+}
+
+}  // namespace exactjit::codegen

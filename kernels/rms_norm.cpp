@@ -1,0 +1,139 @@
+// exactjit op rms_norm: validate, spec, geometry, parameters.
+#include "kernels/rms_norm.hpp"
+
+#include "codegen/render.hpp"
+#include "kernels/tensor_check.hpp"
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <cmath>
+
+namespace exactjit {
+namespace {
+constexpr std::string_view kOp = "rms_norm";
+ArgName arg(std::string_view name) { return {kOp, name}; }
+}  // namespace
+
+KernelSpec rms_norm_spec(DType dtype, IndexType index, int64_t hidden, int64_t table_stride, bool weighted) {
+  KernelSpec spec;
+  spec.op = Op::RmsNorm;
+  spec.dtype = dtype;
+  spec.index = table_stride > 0 ? index : IndexType::I64;  // plain kernels read no index
+  spec.hidden = hidden;
+  spec.table_stride = table_stride;
+  spec.vec = 4;
+  spec.weighted = weighted;
+  return spec;
+}
+
+llvm::Expected<LaunchPlan> plan_rms_norm(const RmsNormArgs& a) {
+  const bool modulated = a.shift || a.scale || a.index;
+  if (modulated && !(a.shift && a.scale && a.index))
+    return invalid(arg("shift"), "scale and index must be given together (AdaLN modulation) or not at all");
+  std::vector<std::pair<const char*, const DLTensor*>> tensors = {{"x", &a.x}, {"out", &a.out}};
+  if (a.weight) tensors.push_back({"weight", a.weight});
+  if (modulated) tensors.insert(tensors.end(), {{"shift", a.shift}, {"scale", a.scale}, {"index", a.index}});
+  if (a.rstd) tensors.push_back({"rstd", a.rstd});
+  for (const auto& [name, tensor] : tensors)
+    if (auto err = require_cuda(arg(name), *tensor)) return err;
+  for (const auto& [name, tensor] : tensors)
+    if (tensor->device.device_id != a.x.device.device_id)
+      return invalid(arg(name), fmt::format("is on CUDA device {} but x is on device {}", tensor->device.device_id,
+                                            a.x.device.device_id));
+  auto dtype = float_dtype(arg("x"), a.x);
+  if (!dtype) return dtype.takeError();
+  for (const auto& [name, tensor] : tensors) {
+    const std::string_view n = name;
+    if (n == "x" || n == "index" || n == "rstd") continue;
+    auto other = float_dtype(arg(name), *tensor);
+    if (!other) return other.takeError();
+    if (*other != *dtype)
+      return invalid(arg(name), fmt::format("must have x's dtype {} (got {})", dtype_name(*dtype), dtype_name(*other)));
+  }
+  if (!std::isfinite(a.eps) || a.eps < 0) return invalid(arg("eps"), fmt::format("must be finite and >= 0 (got {})", a.eps));
+
+  if (a.x.ndim < 1) return invalid(arg("x"), "must have a last dimension H");
+  const int64_t hidden = a.x.shape[a.x.ndim - 1];
+  if (hidden < 4 || hidden % 4 != 0 || hidden > INT_MAX)
+    return invalid(arg("x"), fmt::format("hidden size must be a positive multiple of 4 (PyTorch's vectorized "
+                                         "RMSNorm path, whose order exactjit reproduces; got {})", hidden));
+  if (!is_contiguous(a.x)) return invalid(arg("x"), "must be contiguous");
+  const size_t elem = dtype_size(*dtype);
+  if (data_address(a.x) % (4 * elem) != 0)
+    return invalid(arg("x"), fmt::format("must be aligned to 4 elements ({} bytes): PyTorch reduces unaligned rows "
+                                         "in another order", 4 * elem));
+  const int64_t rows = element_count(a.x) / hidden;
+  bool same = a.out.ndim == a.x.ndim;
+  for (int d = 0; same && d < a.x.ndim; ++d) same = a.out.shape[d] == a.x.shape[d];
+  if (!same) return invalid(arg("out"), fmt::format("must have x's shape {} (got {})", shape_string(a.x), shape_string(a.out)));
+  if (!is_contiguous(a.out) || data_address(a.out) % (4 * elem) != 0)
+    return invalid(arg("out"), fmt::format("must be contiguous and aligned to 4 elements ({} bytes)", 4 * elem));
+  if (a.weight) {
+    if (a.weight->ndim != 1 || a.weight->shape[0] != hidden || !is_contiguous(*a.weight))
+      return invalid(arg("weight"), fmt::format("must be ({},) contiguous (got {})", hidden, shape_string(*a.weight)));
+    if (data_address(*a.weight) % (4 * elem) != 0)
+      return invalid(arg("weight"), fmt::format("must be aligned to 4 elements ({} bytes)", 4 * elem));
+  }
+  if (a.rstd) {
+    if (a.rstd->dtype.code != kDLFloat || a.rstd->dtype.bits != 32 || a.rstd->dtype.lanes != 1)
+      return invalid(arg("rstd"), "must be float32");
+    if (element_count(*a.rstd) != rows || !is_contiguous(*a.rstd))
+      return invalid(arg("rstd"), fmt::format("must hold one float per row ({}) contiguously (got {})", rows,
+                                              shape_string(*a.rstd)));
+  }
+
+  int64_t table_stride = 0, table_rows = 1, seq = 1;
+  IndexType index_type = IndexType::I64;
+  if (modulated) {
+    auto itype = index_dtype(arg("index"), *a.index);
+    if (!itype) return itype.takeError();
+    index_type = *itype;
+    for (const auto& [name, t] : {std::pair{"shift", a.shift}, std::pair{"scale", a.scale}}) {
+      if (t->ndim != 2 || t->shape[1] != hidden)
+        return invalid(arg(name), fmt::format("must be (R, {}) (got {})", hidden, shape_string(*t)));
+      if (stride_of(*t, 1) != 1) return invalid(arg(name), fmt::format("must have unit column stride (got {})", stride_of(*t, 1)));
+      if (data_address(*t) % (4 * elem) != 0)
+        return invalid(arg(name), fmt::format("must be aligned to 4 elements ({} bytes)", 4 * elem));
+    }
+    table_rows = a.shift->shape[0];
+    if (table_rows < 1 || a.scale->shape[0] != table_rows)
+      return invalid(arg("scale"), fmt::format("must have shift's {} rows (got {})", table_rows, a.scale->shape[0]));
+    table_stride = table_rows == 1 ? hidden : stride_of(*a.shift, 0);
+    const int64_t scale_stride = table_rows == 1 ? hidden : stride_of(*a.scale, 0);
+    if (scale_stride != table_stride)
+      return invalid(arg("scale"), fmt::format("must have shift's row stride {} (got {})", table_stride, scale_stride));
+    if (table_stride < hidden || table_stride % 4 != 0)
+      return invalid(arg("shift"), fmt::format("row stride must be a multiple of 4 and >= H = {} (got {})", hidden, table_stride));
+    if (a.index->ndim != 1 || a.index->shape[0] < 1 || !is_contiguous(*a.index))
+      return invalid(arg("index"), fmt::format("must be (S,) contiguous with S >= 1 (got {})", shape_string(*a.index)));
+    seq = a.index->shape[0];
+    if (rows % seq != 0)
+      return invalid(arg("index"), fmt::format("length S = {} must divide the M = {} rows of x", seq, rows));
+  }
+  for (const auto& [name, tensor] : tensors)
+    if (std::string_view(name) != "out" && overlaps(a.out, *tensor))
+      return invalid(arg("out"), fmt::format("must not overlap {}", name));
+
+  LaunchPlan plan;
+  plan.spec = rms_norm_spec(*dtype, index_type, hidden, table_stride, a.weight != nullptr);
+  plan.device_id = a.x.device.device_id;
+  const int64_t blocks = (rows + codegen::kRmsNormRowsPerBlock - 1) / codegen::kRmsNormRowsPerBlock;
+  if (blocks > INT_MAX) return invalid(arg("x"), fmt::format("has too many rows ({}) for one launch", rows));
+  plan.grid = static_cast<uint32_t>(blocks);
+  plan.threads = static_cast<uint32_t>(128 * codegen::kRmsNormRowsPerBlock);
+  plan.push_pointer(data_address(a.x));
+  plan.push_pointer(a.weight ? data_address(*a.weight) : 0);
+  plan.push_pointer(modulated ? data_address(*a.shift) : 0);
+  plan.push_pointer(modulated ? data_address(*a.scale) : 0);
+  plan.push_pointer(modulated ? data_address(*a.index) : 0);
+  plan.push_pointer(data_address(a.out));
+  plan.push_pointer(a.rstd ? data_address(*a.rstd) : 0);
+  plan.push(static_cast<uint64_t>(rows));
+  plan.push(static_cast<uint64_t>(seq));
+  plan.push(static_cast<uint64_t>(table_rows));
+  plan.push_float(static_cast<float>(a.eps));
+  return plan;
+}
+
+}  // namespace exactjit

@@ -1,0 +1,134 @@
+// rms_norm forward, plain or with AdaLN modulation (NUMERICS.md), replaying PyTorch's
+// vectorized_layer_norm_kernel<T, float, rms_norm=true> row by row:
+//   1. thread t (of 128, in 4 warps) visits 4-element vectors v = t, t+128, ...; s = fma(x, x, s)
+//   2. warps: s = add(s, shfl_down(s, off)) for off = 16, 8, 4, 2, 1
+//   3. across warps: (w0 + w2) + (w1 + w3)
+//   4. ms = div(s, H); rstd = rsqrtf(add(ms, eps))        (the hardware reciprocal square root)
+//   5. n = rT(mul(w, mul(rstd, x)))   (or rT(mul(rstd, x)) without weight)
+// modulated: out = rT(add(rT(mul(n, rT(add(1, scale[i])))), shift[i])), i = index[r mod S].
+//
+// Geometry: each row has its own 128 threads (kRowsPerBlock rows per block) and stays in
+// registers between the reduction and the output (one read of x). Every thread reaches the
+// barrier, including those of rows past the end or with a bad index, which only skip stores.
+namespace rms_norm {
+
+typedef xj::StorageOf<spec::kDType>::type T;
+typedef xj::IndexOf<spec::kIndexBytes>::type Index;
+// Four elements: 8 bytes (bf16/fp16) or 16 bytes (fp32), moved as one vector access.
+union Quad {
+  T v[4];
+  xj::u32 w[sizeof(T)];
+};
+
+constexpr int kRowThreads = 128;
+constexpr int kWarps = kRowThreads / 32;
+constexpr int kQuads = spec::kHidden / 4;
+constexpr int kQuadsPerThread = (kQuads + kRowThreads - 1) / kRowThreads;
+constexpr int kThreads = kRowThreads * spec::kRowsPerBlock;
+
+static_assert(spec::kHidden % 4 == 0, "PyTorch's vectorized RMSNorm path needs H % 4 == 0");
+static_assert(!spec::kModulated || spec::kTableStride >= spec::kHidden, "table rows must not overlap");
+
+__device__ __forceinline__ void load_quad(Quad& q, const T* src) {
+  if constexpr (sizeof(T) == 4) {
+    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(q.w[0]), "=r"(q.w[1]), "=r"(q.w[2]), "=r"(q.w[3]) : "l"(src));
+  } else {
+    asm("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(q.w[0]), "=r"(q.w[1]) : "l"(src));
+  }
+}
+
+__device__ __forceinline__ void store_quad(T* dst, const Quad& q) {
+  if constexpr (sizeof(T) == 4) {
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(dst), "r"(q.w[0]), "r"(q.w[1]), "r"(q.w[2]),
+                 "r"(q.w[3]) : "memory");
+  } else {
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" :: "l"(dst), "r"(q.w[0]), "r"(q.w[1]) : "memory");
+  }
+}
+
+}  // namespace rms_norm
+
+extern "C" __global__ void __launch_bounds__(rms_norm::kThreads)
+XJ_ENTRY(const rms_norm::T* __restrict__ x, const rms_norm::T* __restrict__ weight,
+         const rms_norm::T* __restrict__ shift, const rms_norm::T* __restrict__ scale,
+         const rms_norm::Index* __restrict__ index, rms_norm::T* __restrict__ out, float* __restrict__ rstd_out,
+         long long rows, long long seq, long long table_rows, float eps, xj::ErrorRecord* errors) {
+  using namespace rms_norm;
+  __shared__ float warp_sums[spec::kRowsPerBlock][kWarps];
+  const int group = threadIdx.x / kRowThreads;
+  const int t = threadIdx.x % kRowThreads;
+  const int warp = t / 32;
+  const int lane = t % 32;
+  const long long row = (long long)blockIdx.x * spec::kRowsPerBlock + group;
+  bool live = row < rows;
+
+  long long i = 0;
+  if (spec::kModulated && live) {
+    const long long position = row % seq;
+    i = (long long)index[position];
+    if (i < 0 || i >= table_rows) {
+      if (t == 0) xj::report_bad_index(errors, spec::kOpCode, position, i, table_rows);
+      live = false;
+    }
+  }
+
+  // 1. One read of the row into registers, then the sum of squares in PyTorch's order.
+  const T* x_row = x + row * spec::kHidden;
+  Quad quads[kQuadsPerThread];
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kQuadsPerThread; ++k) {
+    const int v = t + k * kRowThreads;
+    if (live && (kQuads % kRowThreads == 0 || v < kQuads)) {
+      load_quad(quads[k], x_row + 4 * v);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float xv = xj::to_float(quads[k].v[e]);
+        s = fmaf(xv, xv, s);
+      }
+    }
+  }
+  // 2. Within each warp.
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) s = xj::add(s, __shfl_down_sync(0xFFFFFFFFu, s, offset));
+  if (lane == 0) warp_sums[group][warp] = s;
+  __syncthreads();
+  if (!live) return;
+  // 3. Across warps, 4. mean square and the reciprocal square root.
+  const float* w = warp_sums[group];
+  const float total = xj::add(xj::add(w[0], w[2]), xj::add(w[1], w[3]));
+  const float ms = __fdiv_rn(total, (float)spec::kHidden);
+  const float rstd = rsqrtf(xj::add(ms, eps));
+  if (rstd_out && t == 0) rstd_out[row] = rstd;
+
+  // 5. Normalise (and modulate) from the registers.
+  T* out_row = out + row * spec::kHidden;
+  const T* shift_row = shift + i * spec::kTableStride;
+  const T* scale_row = scale + i * spec::kTableStride;
+#pragma unroll
+  for (int k = 0; k < kQuadsPerThread; ++k) {
+    const int v = t + k * kRowThreads;
+    if (kQuads % kRowThreads == 0 || v < kQuads) {
+      Quad result;
+      Quad wq, shq, scq;
+      if (spec::kWeighted) load_quad(wq, weight + 4 * v);
+      if (spec::kModulated) {
+        load_quad(shq, shift_row + 4 * v);
+        load_quad(scq, scale_row + 4 * v);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float n = xj::mul(rstd, xj::to_float(quads[k].v[e]));
+        if (spec::kWeighted) n = xj::mul(xj::to_float(wq.v[e]), n);
+        T rounded = xj::round_to<T>(n);
+        if (spec::kModulated) {
+          const float one_plus_scale = xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(scq.v[e]))));
+          const float scaled = xj::to_float(xj::round_to<T>(xj::mul(xj::to_float(rounded), one_plus_scale)));
+          rounded = xj::round_to<T>(xj::add(scaled, xj::to_float(shq.v[e])));
+        }
+        result.v[e] = rounded;
+      }
+      store_quad(out_row + 4 * v, result);
+    }
+  }
+}

@@ -9,6 +9,7 @@
 #include "runtime/device_buffer.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/nvrtc.hpp"
+#include "bench/tune_support.hpp"
 
 #include <fmt/format.h>
 
@@ -20,6 +21,7 @@
 namespace {
 
 using namespace exactjit;
+using tune::die_on;
 
 struct Variant {
   std::string name;
@@ -28,31 +30,6 @@ struct Variant {
   int unroll;
   bool hints = true;  // streaming load/store hints as generated
 };
-
-void die_on(llvm::Error err) {
-  if (err) {
-    fmt::print(stderr, "tune: {}\n", llvm::toString(std::move(err)));
-    std::exit(1);
-  }
-}
-template <typename T> T die_on(llvm::Expected<T> value) {
-  if (!value) die_on(value.takeError());
-  return std::move(*value);
-}
-
-void replace(std::string& text, const std::string& from, const std::string& to) {
-  const size_t at = text.find(from);
-  if (at == std::string::npos) {
-    fmt::print(stderr, "tune: '{}' not in the source\n", from);
-    std::exit(1);
-  }
-  text.replace(at, from.size(), to);
-}
-
-void replace_all(std::string& text, const std::string& from, const std::string& to) {
-  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
-    text.replace(at, from.size(), to);
-}
 
 }  // namespace
 
@@ -68,18 +45,8 @@ int main(int argc, char** argv) {
   const size_t act_bytes = static_cast<size_t>(seq * hidden * 2);
   constexpr int kSets = 2;  // 2 x 3 x act_bytes >> L2
   std::vector<DeviceBuffer> residual, y, out;
-  std::vector<uint16_t> pattern(1 << 24);
-  uint64_t state = 12345;
-  for (uint16_t& v : pattern) {  // random finite bf16 values
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    v = static_cast<uint16_t>(((state >> 33) & 0x3FFF) | 0x3800 | ((state >> 20) & 0x8000));
-  }
-  auto filled = [&](size_t bytes) {
-    DeviceBuffer buffer = die_on(DeviceBuffer::allocate(cu, ctx, bytes));
-    for (size_t at = 0; at < bytes; at += pattern.size() * 2)
-      die_on(buffer.upload(pattern.data(), std::min(pattern.size() * 2, bytes - at), at));
-    return buffer;
-  };
+  uint64_t seed = 12345;
+  auto filled = [&](size_t bytes) { return tune::random_buffer(cu, ctx, bytes, seed++); };
   for (int s = 0; s < kSets; ++s) {
     residual.push_back(filled(act_bytes));
     y.push_back(filled(act_bytes));
@@ -93,27 +60,10 @@ int main(int argc, char** argv) {
   DeviceBuffer errors = die_on(DeviceBuffer::allocate(cu, ctx, 32));
   die_on(errors.fill(0));
 
-  CUevent start, stop;
-  cu.cuEventCreate(&start, CU_EVENT_DEFAULT);
-  cu.cuEventCreate(&stop, CU_EVENT_DEFAULT);
-  auto time_ms = [&](auto&& launch) {
-    for (int k = 0; k < 3; ++k) launch(k % kSets);
-    std::vector<float> times;
-    for (int k = 0; k < reps; ++k) {
-      cu.cuEventRecord(start, nullptr);
-      launch(k % kSets);
-      cu.cuEventRecord(stop, nullptr);
-      die_on(cu.check(cu.cuEventSynchronize(stop), "cuEventSynchronize"));
-      float ms = 0;
-      cu.cuEventElapsedTime(&ms, start, stop);
-      times.push_back(ms);
-    }
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
-  };
+  tune::EventTimer timer(cu, reps, kSets);
 
   // Copy ceiling: read act_bytes + write act_bytes.
-  const float copy_ms = time_ms([&](int s) {
+  const float copy_ms = timer.median_ms([&](int s) {
     die_on(cu.check(cu.cuMemcpyDtoDAsync(out[s].address(), residual[s].address(), act_bytes, nullptr), "copy"));
   });
   const double copy_gbs = 2.0 * act_bytes / copy_ms / 1e6;
@@ -136,12 +86,12 @@ int main(int argc, char** argv) {
   fmt::print("{:<30} {:>9} {:>9} {:>8}\n", "variant", "ms", "GB/s", "% copy");
   for (const Variant& v : variants) {
     KernelSource source = codegen::render(spec);
-    replace(source.text, "constexpr int kThreadsPerRow = 224;", fmt::format("constexpr int kThreadsPerRow = {};", v.threads_per_row));
-    replace(source.text, "constexpr int kRowsPerBlock = 1;", fmt::format("constexpr int kRowsPerBlock = {};", v.rows_per_block));
-    replace(source.text, "constexpr int kUnroll = 3;", fmt::format("constexpr int kUnroll = {};", v.unroll));
+    tune::replace_all(source.text, "constexpr int kThreadsPerRow = 224;", fmt::format("constexpr int kThreadsPerRow = {};", v.threads_per_row));
+    tune::replace_all(source.text, "constexpr int kRowsPerBlock = 1;", fmt::format("constexpr int kRowsPerBlock = {};", v.rows_per_block));
+    tune::replace_all(source.text, "constexpr int kUnroll = 3;", fmt::format("constexpr int kUnroll = {};", v.unroll));
     if (!v.hints) {
-      replace_all(source.text, "ld.global.nc.L1::no_allocate.v4.u32", "ld.global.nc.v4.u32");
-      replace_all(source.text, "st.global.cs.v4.u32", "st.global.v4.u32");
+      tune::replace_all(source.text, "ld.global.nc.L1::no_allocate.v4.u32", "ld.global.nc.v4.u32");
+      tune::replace_all(source.text, "st.global.cs.v4.u32", "st.global.v4.u32");
     }
     const CompileOutput compiled = die_on(nvrtc.compile(source));
     CUmodule module;
@@ -150,7 +100,7 @@ int main(int argc, char** argv) {
     die_on(cu.check(cu.cuModuleGetFunction(&function, module, source.entry.c_str()), "cuModuleGetFunction"));
     const unsigned grid = static_cast<unsigned>((seq + v.rows_per_block - 1) / v.rows_per_block);
     const unsigned threads = static_cast<unsigned>(v.threads_per_row * v.rows_per_block);
-    const float ms = time_ms([&](int s) {
+    const float ms = timer.median_ms([&](int s) {
       uint64_t params[9] = {residual[s].address(), table.address() + 2 * hidden * 2, d_index.address(), y[s].address(),
                             out[s].address(), static_cast<uint64_t>(seq), static_cast<uint64_t>(seq),
                             static_cast<uint64_t>(table_rows), errors.address()};

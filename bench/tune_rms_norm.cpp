@@ -1,0 +1,114 @@
+// exactjit tuning bench for rms_norm: times launch-geometry and register-budget variants of the
+// generated kernel (bf16, H = 5376; plain and block-modulated) with CUDA events, against a
+// device-to-device copy of the same bytes. Variants rewrite the generated constants and launch
+// bounds only, so each row's order of operations is the product's.
+//
+//   tune_rms_norm [S=131072] [reps=30]
+#include "codegen/render.hpp"
+#include "kernels/catalog.hpp"
+#include "kernels/rms_norm.hpp"
+#include "runtime/device_buffer.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/nvrtc.hpp"
+#include "bench/tune_support.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace exactjit;
+using tune::die_on;
+
+struct Variant {
+  std::string name;
+  int rows_per_block;
+  int min_blocks;  // second __launch_bounds__ argument; 0 = none (as generated)
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t rows = argc > 1 ? std::atoll(argv[1]) : 131072;
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 30;
+  const int64_t hidden = kDefaultHidden, table_rows = 9, stride = 6 * hidden;
+  const Driver& cu = *die_on(Driver::get());
+  const Nvrtc& nvrtc = *die_on(Nvrtc::get());
+  CUcontext ctx = die_on(primary_context(cu, 0));
+  ScopedContext scope(cu, ctx);
+
+  const size_t act_bytes = static_cast<size_t>(rows * hidden * 2);
+  constexpr int kSets = 3;
+  uint64_t seed = 777;
+  auto filled = [&](size_t bytes) { return tune::random_buffer(cu, ctx, bytes, seed++); };
+  std::vector<DeviceBuffer> x, out;
+  for (int s = 0; s < kSets; ++s) {
+    x.push_back(filled(act_bytes));
+    out.push_back(filled(act_bytes));
+  }
+  DeviceBuffer table = filled(static_cast<size_t>(table_rows * stride * 2));
+  std::vector<int64_t> index(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) index[r] = (r * 5 + 1) % table_rows;
+  DeviceBuffer d_index = die_on(DeviceBuffer::allocate(cu, ctx, index.size() * 8));
+  die_on(d_index.upload(index.data(), index.size() * 8));
+  DeviceBuffer errors = die_on(DeviceBuffer::allocate(cu, ctx, 32));
+  die_on(errors.fill(0));
+
+  tune::EventTimer timer(cu, reps, kSets);
+  const float copy_ms = timer.median_ms([&](int s) {
+    die_on(cu.check(cu.cuMemcpyDtoDAsync(out[s].address(), x[s].address(), act_bytes, nullptr), "copy"));
+  });
+  const double copy_gbs = 2.0 * act_bytes / copy_ms / 1e6;
+  const double bytes = 2.0 * act_bytes;
+  fmt::print("S={} H={} bf16: copy {:.3f} ms = {:.0f} GB/s; rms_norm bytes {:.3f} GB, floor {:.3f} ms\n", rows,
+             hidden, copy_ms, copy_gbs, bytes / 1e9, bytes / copy_gbs / 1e6);
+
+  const std::vector<Variant> variants = {
+      {"generated (2 rows/block)", 2, 0}, {"1 row/block", 1, 0},         {"4 rows/block", 4, 0},
+      {"2 rows, min 6 blocks/SM", 2, 6},  {"2 rows, min 8 blocks/SM", 2, 8}, {"4 rows, min 4 blocks/SM", 4, 4},
+  };
+  fmt::print("{:<8} {:<28} {:>9} {:>9} {:>8}\n", "form", "variant", "ms", "GB/s", "% copy");
+  for (const int64_t table_stride : {int64_t{0}, stride}) {
+    const KernelSpec spec = rms_norm_spec(DType::BF16, IndexType::I64, hidden, table_stride, false);
+    KernelSpec targeted = spec;
+    targeted.target = Target{90, false};
+    for (const Variant& v : variants) {
+      KernelSource source = codegen::render(targeted);
+      tune::replace_all(source.text, fmt::format("constexpr int kRowsPerBlock = {};", codegen::kRmsNormRowsPerBlock),
+              fmt::format("constexpr int kRowsPerBlock = {};", v.rows_per_block));
+      if (v.min_blocks)
+        tune::replace_all(source.text, "__launch_bounds__(rms_norm::kThreads)",
+                fmt::format("__launch_bounds__(rms_norm::kThreads, {})", v.min_blocks));
+      const CompileOutput compiled = die_on(nvrtc.compile(source));
+      CUmodule module;
+      CUfunction function;
+      die_on(cu.check(cu.cuModuleLoadData(&module, compiled.image.data()), "cuModuleLoadData"));
+      die_on(cu.check(cu.cuModuleGetFunction(&function, module, source.entry.c_str()), "cuModuleGetFunction"));
+      const unsigned grid = static_cast<unsigned>((rows + v.rows_per_block - 1) / v.rows_per_block);
+      const bool modulated = table_stride > 0;
+      const float ms = timer.median_ms([&](int s) {
+        const float eps = 1e-5f;
+        uint32_t eps_bits;
+        std::memcpy(&eps_bits, &eps, 4);
+        uint64_t params[12] = {x[s].address(), 0, modulated ? table.address() : 0,
+                               modulated ? table.address() + hidden * 2 : 0, modulated ? d_index.address() : 0,
+                               out[s].address(), 0, static_cast<uint64_t>(rows), static_cast<uint64_t>(rows),
+                               static_cast<uint64_t>(table_rows), eps_bits, errors.address()};
+        void* args[12];
+        for (int k = 0; k < 12; ++k) args[k] = &params[k];
+        die_on(cu.check(cu.cuLaunchKernel(function, grid, 1, 1, 128 * v.rows_per_block, 1, 1, 0, nullptr, args,
+                                          nullptr),
+                        "launch"));
+      });
+      fmt::print("{:<8} {:<28} {:>9.4f} {:>9.0f} {:>7.1f}%\n", modulated ? "mod 6H" : "plain", v.name, ms,
+                 bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / copy_gbs);
+      cu.cuModuleUnload(module);
+    }
+  }
+  return 0;
+}

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
       argc, argv,
       "exactjit: JIT kernels for the DiT conditioning chain, bitwise equal to PyTorch eager\n\n"
       "  exactjit prewarm [--op OP --hidden H --dtype D --table-stride N --arch A | --manifest F] [-j N]\n"
+      "     OP: gate_residual | adaln_row_gather | rms_norm (plain without --table-stride)\n"
       "  exactjit inspect [spec flags] --emit source|options|key|ptx|sass|manifest\n"
       "  exactjit cache ls|stat|verify|prune|clear\n"
       "  exactjit info\n"

@@ -81,6 +81,15 @@ exactjit_status_t xj_rms_norm(xj_runtime* runtime, const DLTensor* x, const DLTe
   return finish(runtime->runtime.rms_norm(*x, weight, shift, scale, index, *out, rstd, eps, stream));
 }
 
+exactjit_status_t xj_timestep_sinusoid(xj_runtime* runtime, const DLTensor* t, const DLTensor* out, double max_period,
+                                       int flip_sin_to_cos, double downscale_freq_shift, double scale, int check_range,
+                                       void* stream) {
+  if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "timestep_sinusoid: runtime must not be NULL");
+  if (!t || !out) return fail(XJ_ERROR_INVALID_ARGUMENT, "timestep_sinusoid: t and out must not be NULL");
+  return finish(runtime->runtime.timestep_sinusoid(*t, *out, max_period, flip_sin_to_cos != 0, downscale_freq_shift,
+                                                   scale, check_range != 0, stream));
+}
+
 exactjit_status_t xj_synchronize(xj_runtime* runtime, int device_id, void* stream) {
   if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "synchronize: runtime must not be NULL");
   return finish(runtime->runtime.synchronize(device_id, stream));

@@ -10,6 +10,7 @@
 #include "kernels/adaln_row_gather.hpp"
 #include "kernels/gate_residual.hpp"
 #include "kernels/rms_norm.hpp"
+#include "kernels/timestep_sinusoid.hpp"
 #include "runtime/device_errors.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/nvrtc.hpp"
@@ -197,6 +198,14 @@ Status Runtime::adaln_row_gather(const DLTensor& rows, const DLTensor& timestep_
 Status Runtime::rms_norm(const DLTensor& x, const DLTensor* weight, const DLTensor* shift, const DLTensor* scale,
                          const DLTensor* index, const DLTensor& out, const DLTensor* rstd, double eps, void* stream) {
   auto plan = plan_rms_norm({x, weight, shift, scale, index, out, rstd, eps});
+  if (!plan) return to_status(plan.takeError());
+  return to_status(impl_->launch(*plan, stream));
+}
+
+Status Runtime::timestep_sinusoid(const DLTensor& t, const DLTensor& out, double max_period, bool flip_sin_to_cos,
+                                  double downscale_freq_shift, double scale, bool check_range, void* stream) {
+  auto plan =
+      plan_timestep_sinusoid({t, out, SinusoidParams{max_period, flip_sin_to_cos, downscale_freq_shift, scale, check_range}});
   if (!plan) return to_status(plan.takeError());
   return to_status(impl_->launch(*plan, stream));
 }

@@ -29,7 +29,7 @@ step sanitizer sanitizer.log compute-sanitizer --tool memcheck --error-exitcode 
   --gtest_filter='Gpu.BadIndex*:Gpu.GateResidualOther*'
 step selftest selftest.log ./.carry/exactjit selftest
 if [ "${TUNE:-0}" = 1 ]; then
-  step tune tune.log ./.carry/tune_gate_residual 131072 30
+  step tune tune.log ./.carry/tune_rms_norm 131072 30
   cat "$LOGS/tune.log"
 fi
 step parity parity.log python3 tests/gpu/parity_torch.py --report "$OUT/parity.md" --json "$OUT/parity.json"

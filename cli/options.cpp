@@ -13,7 +13,7 @@ cl::SubCommand info_command("info", "Show NVRTC, driver, GPU and cache directori
 cl::SubCommand selftest_command("selftest", "Run every catalog op on the GPU against the host model, bitwise");
 
 #define XJ_SPEC_SUBS cl::sub(prewarm_command), cl::sub(inspect_command)
-cl::opt<std::string> op_flag("op", cl::desc("Op: gate_residual | adaln_row_gather | rms_norm"), cl::value_desc("name"), XJ_SPEC_SUBS,
+cl::opt<std::string> op_flag("op", cl::desc("Op: gate_residual | adaln_row_gather | rms_norm | timestep_sinusoid"), cl::value_desc("name"), XJ_SPEC_SUBS,
                              cl::cat(category));
 cl::opt<long long> hidden_flag("hidden", cl::desc("Hidden size H (default 5376)"), cl::value_desc("H"),
                                cl::init(0), XJ_SPEC_SUBS, cl::cat(category));
@@ -29,6 +29,8 @@ cl::opt<std::string> index_type_flag("index-type", cl::desc("inspect: int64 | in
                                      cl::cat(category));
 cl::opt<int> vec_flag("vec", cl::desc("inspect: elements per access, 1 or the 16-byte width (default: widest)"),
                       cl::value_desc("N"), cl::init(0), cl::sub(inspect_command), cl::cat(category));
+cl::opt<long long> channels_flag("channels", cl::desc("timestep_sinusoid: channels C (default 256)"),
+                                 cl::value_desc("C"), cl::init(0), XJ_SPEC_SUBS, cl::cat(category));
 #undef XJ_SPEC_SUBS
 
 cl::opt<std::string> manifest_flag("manifest",

@@ -20,17 +20,25 @@ struct FamilyRequest {
   int64_t hidden = 0;
   std::string dtype;  // empty: all
   int64_t table_stride = 0;
+  int64_t channels = 0;
   std::string arch;
 };
 
 llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, const Target& fallback) {
   const std::optional<Op> op = parse_op(request.op);
-  if (!op) return usage(fmt::format("unknown op '{}' (known: gate_residual, adaln_row_gather, rms_norm)", request.op));
+  if (!op) return usage(fmt::format("unknown op '{}' (known: gate_residual, adaln_row_gather, rms_norm, timestep_sinusoid)", request.op));
   Target target = fallback;
   if (!request.arch.empty()) {
     const std::optional<Target> parsed = parse_target(request.arch);
     if (!parsed) return usage(fmt::format("bad arch '{}' (expected sm_90, compute_90 or 90)", request.arch));
     target = *parsed;
+  }
+  if (*op == Op::TimestepSinusoid) {  // fp32 only, sized by its channels
+    if (!request.dtype.empty() && parse_dtype(request.dtype) != DType::F32)
+      return usage("timestep_sinusoid is fp32 only");
+    const std::vector<KernelSpec> specs = spec_family(*op, DType::F32, request.channels ? request.channels : 256, 0, target);
+    if (auto err = validate_spec(specs.front())) return err;
+    return specs;
   }
   const int64_t hidden = request.hidden ? request.hidden : kDefaultHidden;
   // rms_norm without a table stride is the plain norm; the table ops default to the block's 6H.
@@ -72,6 +80,7 @@ llvm::Expected<std::vector<FamilyRequest>> read_manifest(const std::string& file
       else if (name == "arch" && value.getAsString()) request.arch = value.getAsString()->str();
       else if (name == "hidden" && value.getAsInteger()) request.hidden = *value.getAsInteger();
       else if (name == "table_stride" && value.getAsInteger()) request.table_stride = *value.getAsInteger();
+      else if (name == "channels" && value.getAsInteger()) request.channels = *value.getAsInteger();
       else return usage(fmt::format("manifest {}: element {} has an unknown or mistyped field '{}'", file, k, name));
     }
     requests.push_back(request);
@@ -108,7 +117,8 @@ llvm::Expected<Target> target_from_flags() {
 llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
   auto target = target_from_flags();
   if (!target) return target.takeError();
-  if (hidden_flag < 0 || table_stride_flag < 0) return usage("--hidden and --table-stride must be positive");
+  if (hidden_flag < 0 || table_stride_flag < 0 || channels_flag < 0)
+    return usage("--hidden, --table-stride and --channels must be positive");
 
   if (!manifest_flag.empty()) {
     if (single) return usage("--manifest is for prewarm");
@@ -122,7 +132,7 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
     }
     return specs;
   }
-  const bool any_spec_flag = !op_flag.empty() || hidden_flag || !dtype_flag.empty() || table_stride_flag;
+  const bool any_spec_flag = !op_flag.empty() || hidden_flag || !dtype_flag.empty() || table_stride_flag || channels_flag;
   if (!single && !any_spec_flag) return default_catalog(*target);
 
   FamilyRequest request;
@@ -130,7 +140,8 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
   request.hidden = hidden_flag;
   request.dtype = dtype_flag;
   request.table_stride = table_stride_flag;
-  if (single && request.dtype.empty()) request.dtype = "bf16";
+  request.channels = channels_flag;
+  if (single && request.dtype.empty() && request.op != "timestep_sinusoid") request.dtype = "bf16";
   auto family = expand(request, *target);
   if (!family) return family.takeError();
   if (!single) return family;

@@ -14,12 +14,14 @@ std::string_view op_name(Op op) {
     case Op::GateResidual: return "gate_residual";
     case Op::AdalnRowGather: return "adaln_row_gather";
     case Op::RmsNorm: return "rms_norm";
+    case Op::TimestepSinusoid: return "timestep_sinusoid";
   }
   return "unknown";
 }
 
 std::string_view index_argument_name(Op op, unsigned argument) {
   if (op == Op::AdalnRowGather) return argument == 0 ? "timestep_indices" : "token_tags";
+  if (op == Op::TimestepSinusoid) return "t";
   return "index";
 }
 
@@ -42,6 +44,7 @@ std::optional<Op> parse_op(std::string_view text) {
   if (text == "gate_residual") return Op::GateResidual;
   if (text == "adaln_row_gather") return Op::AdalnRowGather;
   if (text == "rms_norm") return Op::RmsNorm;
+  if (text == "timestep_sinusoid") return Op::TimestepSinusoid;
   return std::nullopt;
 }
 

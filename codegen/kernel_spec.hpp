@@ -14,7 +14,7 @@
 
 namespace exactjit {
 
-enum class Op : uint8_t { GateResidual, AdalnRowGather, RmsNorm };
+enum class Op : uint8_t { GateResidual, AdalnRowGather, RmsNorm, TimestepSinusoid };
 enum class DType : uint8_t { F32 = 0, BF16 = 1, F16 = 2 };  // values match templates' StorageOf
 enum class IndexType : uint8_t { I32, I64 };
 

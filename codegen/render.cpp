@@ -57,6 +57,10 @@ KernelSource render(const KernelSpec& spec) {
       source.text = assemble(spec, source.entry, render_rms_norm_constants(spec),
                              {"numerics.cuh", "vector_io.cuh", "error_record.cuh", "rms_norm.cuh"});
       break;
+    case Op::TimestepSinusoid:
+      source.text = assemble(spec, source.entry, render_sinusoid_constants(spec),
+                             {"numerics.cuh", "error_record.cuh", "timestep_sinusoid.cuh"});
+      break;
   }
   source.options = nvrtc_options(spec.target);
   return source;

@@ -25,6 +25,9 @@ std::string render_row_constants(const KernelSpec& spec);
 inline constexpr int kRmsNormRowsPerBlock = 2;
 std::string render_rms_norm_constants(const KernelSpec& spec);
 
+/// timestep_sinusoid: the channel count is its only specialisation.
+std::string render_sinusoid_constants(const KernelSpec& spec);
+
 /// The common frame of every generated file: banner, entry macro, the op's constants, then the
 /// named templates in order.
 std::string assemble(const KernelSpec& spec, const std::string& entry, const std::string& constants,

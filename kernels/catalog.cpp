@@ -4,6 +4,7 @@
 #include "kernels/adaln_row_gather.hpp"
 #include "kernels/gate_residual.hpp"
 #include "kernels/rms_norm.hpp"
+#include "kernels/timestep_sinusoid.hpp"
 #include "runtime/errors.hpp"
 
 #include <fmt/format.h>
@@ -14,6 +15,11 @@ namespace exactjit {
 
 std::vector<KernelSpec> spec_family(Op op, DType dtype, int64_t hidden, int64_t table_stride, Target target) {
   std::vector<KernelSpec> specs;
+  if (op == Op::TimestepSinusoid) {  // fp32 only; `hidden` is the channel count
+    KernelSpec spec = timestep_sinusoid_spec(hidden);
+    spec.target = target;
+    return {spec};
+  }
   if (op == Op::RmsNorm) {  // fixed 4-element vectors; weighted and unweighted; index types if modulated
     for (IndexType index : table_stride > 0 ? std::vector<IndexType>{IndexType::I64, IndexType::I32}
                                             : std::vector<IndexType>{IndexType::I64}) {
@@ -34,7 +40,8 @@ std::vector<KernelSpec> spec_family(Op op, DType dtype, int64_t hidden, int64_t 
       switch (op) {
         case Op::GateResidual: spec = gate_residual_spec(dtype, index, hidden, table_stride, vec); break;
         case Op::AdalnRowGather: spec = adaln_row_gather_spec(dtype, index, hidden, table_stride, vec); break;
-        case Op::RmsNorm: break;  // handled above
+        case Op::RmsNorm:
+        case Op::TimestepSinusoid: break;  // handled above
       }
       spec.target = target;
       specs.push_back(spec);
@@ -56,6 +63,9 @@ std::vector<KernelSpec> default_catalog(Target target) {
     add(Op::RmsNorm, dtype, 6 * kDefaultHidden);   // block modulation over the (3T, 6H) chunks
     add(Op::RmsNorm, dtype, 2 * kDefaultHidden);   // final-norm modulation over the (T, 2H) table
   }
+  KernelSpec sinusoid = timestep_sinusoid_spec(256);  // H3: 256 channels
+  sinusoid.target = target;
+  specs.push_back(sinusoid);
   return specs;
 }
 
@@ -64,6 +74,11 @@ llvm::Error validate_spec(const KernelSpec& spec) {
     return make_error(ErrorCode::InvalidArgument, fmt::format("{}: {}", spec.describe(), rule));
   };
   if (spec.hidden < 1 || spec.hidden > INT_MAX) return bad(fmt::format("hidden must be in [1, {}]", INT_MAX));
+  if (spec.op == Op::TimestepSinusoid) {
+    if (spec.hidden < 2 || spec.hidden > INT_MAX) return bad("channels must be >= 2");
+    if (spec.target.sm < 75) return bad("targets older than sm_75 are not supported");
+    return llvm::Error::success();
+  }
   if (spec.op == Op::RmsNorm) {
     if (spec.hidden % 4 != 0) return bad("rms_norm needs hidden % 4 == 0 (PyTorch's vectorized path)");
     if (spec.table_stride != 0 && (spec.table_stride < spec.hidden || spec.table_stride % 4 != 0))

@@ -19,7 +19,8 @@ std::vector<KernelSpec> spec_family(Op op, DType dtype, int64_t hidden, int64_t 
 
 /// The default pre-warm catalog for one target, H = 5376 in bf16, fp16 and fp32: gate_residual
 /// with table row strides 6H (a block's AdaLN chunk) and 2H (the final norm's table), and
-/// adaln_row_gather over the block table's (3T, 6H) rows.
+/// adaln_row_gather over the block table's (3T, 6H) rows, rms_norm (plain, block and final-norm
+/// modulation) and the 256-channel timestep sinusoid.
 std::vector<KernelSpec> default_catalog(Target target);
 
 /// Rules for a spec built from flags (positive sizes, stride >= hidden, a valid vector width).

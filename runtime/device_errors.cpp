@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 namespace exactjit {
 
 llvm::Expected<CUdeviceptr> allocate_error_record(const Driver& driver, CUcontext context) {
@@ -29,6 +31,14 @@ llvm::Error check_error_record(const Driver& driver, CUcontext context, CUstream
   const unsigned code = host.op & 0xFFFFu;  // op code + 1; the argument sits above it
   if (code < 1) return make_error(ErrorCode::BadIndex, "a kernel reported a bad index without naming its op");
   const Op op = static_cast<Op>(code - 1);
+  if (op == Op::TimestepSinusoid) {  // the value is the float itself
+    float t = 0;
+    const uint32_t bits = static_cast<uint32_t>(host.value);
+    std::memcpy(&t, &bits, sizeof t);
+    return make_error(ErrorCode::BadIndex,
+                      fmt::format("timestep_sinusoid: t[{}] = {} is not a finite value in [0, 1] (check_range)",
+                                  host.position, t));
+  }
   return make_error(ErrorCode::BadIndex,
                     fmt::format("{}: {}[{}] = {} is out of range [0, {}); the rows that use it were not written",
                                 op_name(op), index_argument_name(op, host.op >> 16), host.position, host.value,

@@ -63,6 +63,13 @@ XJ_API exactjit_status_t xj_rms_norm(xj_runtime* runtime, const DLTensor* x, con
                                      const DLTensor* shift, const DLTensor* scale, const DLTensor* index,
                                      const DLTensor* out, const DLTensor* rstd, double eps, void* stream);
 
+/* diffusers get_timestep_embedding(t, C, flip_sin_to_cos, downscale_freq_shift, scale, max_period),
+ * bitwise: t (T,) float32 -> out (T, C) float32. check_range: report t outside [0, 1]. */
+XJ_API exactjit_status_t xj_timestep_sinusoid(xj_runtime* runtime, const DLTensor* t, const DLTensor* out,
+                                              double max_period, int flip_sin_to_cos,
+                                              double downscale_freq_shift, double scale, int check_range,
+                                              void* stream);
+
 /* Waits for stream on device_id and reports a bad index found by a kernel since the last check. */
 XJ_API exactjit_status_t xj_synchronize(xj_runtime* runtime, int device_id, void* stream);
 

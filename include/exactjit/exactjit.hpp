@@ -72,6 +72,11 @@ class Runtime {
   Status rms_norm(const DLTensor& x, const DLTensor* weight, const DLTensor* shift, const DLTensor* scale,
                   const DLTensor* index, const DLTensor& out, const DLTensor* rstd, double eps, void* stream);
 
+  /// diffusers get_timestep_embedding, bitwise: t (T,) float32 -> out (T, C) float32 contiguous.
+  /// With check_range, a t that is not finite or outside [0, 1] is reported by synchronize().
+  Status timestep_sinusoid(const DLTensor& t, const DLTensor& out, double max_period, bool flip_sin_to_cos,
+                           double downscale_freq_shift, double scale, bool check_range, void* stream);
+
   /// Waits for `stream` on `device_id` and reports any bad index a kernel found since the last
   /// check (then clears it).
   Status synchronize(int device_id, void* stream);

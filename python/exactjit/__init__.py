@@ -20,7 +20,7 @@ from ._runtime import Runtime
 __all__ = [
     "BadIndexError", "CacheIOError", "CompileError", "CudaError", "Error", "InternalError",
     "InvalidArgumentError", "OfflineMissError", "Runtime", "Status", "UnavailableError",
-    "adaln_row_gather", "gate_residual", "rms_norm", "library_path", "runtime", "synchronize", "version",
+    "adaln_row_gather", "gate_residual", "rms_norm", "timestep_sinusoid", "library_path", "runtime", "synchronize", "version",
 ]
 
 _default_runtime = None
@@ -65,6 +65,13 @@ def adaln_row_gather(rows, timestep_indices, token_tags):
 def rms_norm(x, weight, eps, shift=None, scale=None, index=None, return_rstd=False):
     """PyTorch's RMSNorm (optionally AdaLN-modulated), bit for bit; see Runtime.rms_norm."""
     return runtime().rms_norm(x, weight, eps, shift=shift, scale=scale, index=index, return_rstd=return_rstd)
+
+
+def timestep_sinusoid(t, num_channels=256, max_period=10000, flip_sin_to_cos=True, downscale_freq_shift=0,
+                      scale=1.0, check_range=False):
+    """diffusers get_timestep_embedding, bit for bit; see Runtime.timestep_sinusoid."""
+    return runtime().timestep_sinusoid(t, num_channels, max_period, flip_sin_to_cos, downscale_freq_shift, scale,
+                                       check_range)
 
 
 def synchronize(device=None, stream=None):

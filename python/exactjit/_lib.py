@@ -75,6 +75,8 @@ def _declare(lib):
         "xj_runtime_destroy": (None, [c_void_p]),
         "xj_gate_residual": (c_int, [c_void_p, tensor, tensor, tensor, tensor, tensor, c_void_p]),
         "xj_adaln_row_gather": (c_int, [c_void_p, tensor, tensor, tensor, tensor, c_void_p]),
+        "xj_timestep_sinusoid": (c_int, [c_void_p, tensor, tensor, ctypes.c_double, c_int, ctypes.c_double,
+                                         ctypes.c_double, c_int, c_void_p]),
         "xj_rms_norm": (c_int, [c_void_p, tensor, tensor, tensor, tensor, tensor, tensor, tensor,
                                 ctypes.c_double, c_void_p]),
         "xj_synchronize": (c_int, [c_void_p, c_int, c_void_p]),

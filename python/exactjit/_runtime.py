@@ -221,3 +221,25 @@ class Runtime:
         del packed
         _lib.check(status, "xj_rms_norm")
         return (out, rstd) if return_rstd else out
+
+    def timestep_sinusoid(self, t, num_channels=256, max_period=10000, flip_sin_to_cos=True,
+                          downscale_freq_shift=0, scale=1.0, check_range=False):
+        """diffusers `get_timestep_embedding(t, num_channels, flip_sin_to_cos, downscale_freq_shift,
+        scale, max_period)`, bit for bit: t (T,) of any float dtype (cast with .float(), as diffusers
+        does) -> (T, num_channels) float32. check_range: a t that is not finite or outside [0, 1]
+        (the H3 convention) is reported by synchronize()."""
+        torch = _import_torch()
+        if not isinstance(t, torch.Tensor):
+            raise invalid_argument(f"timestep_sinusoid: t must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 1:
+            raise invalid_argument(f"timestep_sinusoid: t must be 1-D (T,), got shape {tuple(t.shape)}")
+        t = t.float().contiguous()
+        out = torch.empty((t.shape[0], int(num_channels)), dtype=torch.float32, device=t.device)
+        stream = _current_stream(t.get_device()) if t.is_cuda else None
+        packed, tensors = pack(torch, "timestep_sinusoid", ("t", "out"), (t, out))
+        status = _lib.lib.xj_timestep_sinusoid(self._live(), *tensors, float(max_period), int(bool(flip_sin_to_cos)),
+                                               float(downscale_freq_shift), float(scale), int(bool(check_range)),
+                                               stream)
+        del packed
+        _lib.check(status, "xj_timestep_sinusoid")
+        return out

@@ -127,6 +127,19 @@ TEST(PtxAudit, RmsNormFusesOnlyTheSumOfSquaresAndApproximatesOnlyRsqrt) {
   }
 }
 
+TEST(PtxAudit, SinusoidUsesOnlyLibdevicePreciseMath) {
+  for (const KernelSpec& spec : catalog_of(Op::TimestepSinusoid)) {
+    auto ptx = nvrtc().ptx(codegen::render(spec));
+    ASSERT_TRUE(static_cast<bool>(ptx)) << llvm::toString(ptx.takeError());
+    // libdevice's precise expf is the only approximate instruction: its ex2.approx.ftz.
+    EXPECT_EQ(count(*ptx, std::regex("\\.approx")), 1u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("ex2\\.approx\\.ftz\\.f32")), 1u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("\\.ftz")), 1u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("\\b(sin|cos|lg2|rcp|rsqrt|sqrt)\\.approx")), 0u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("\\bdiv\\.(approx|full)")), 0u) << spec.describe();
+  }
+}
+
 TEST(PtxAudit, PtxTargetCompilesToPtxText) {
   KernelSpec spec = default_catalog(Target{90, true}).front();
   auto output = nvrtc().compile(codegen::render(spec));

@@ -5,10 +5,12 @@
 #include "kernels/adaln_row_gather.hpp"
 #include "kernels/gate_residual.hpp"
 #include "kernels/rms_norm.hpp"
+#include "kernels/timestep_sinusoid.hpp"
 #include "runtime/errors.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -277,6 +279,41 @@ TEST(RmsNormValidation, RefusesEachBrokenRuleByName) {
     EXPECT_NE(report.message.find(std::string("rms_norm: ") + c.expect), std::string::npos)
         << "expected '" << c.expect << "' in: " << report.message;
   }
+}
+
+TEST(TimestepSinusoidValidation, ScalarsAreRoundedAsPyTorchRoundsThem) {
+  FakeTensor t{1 * GiB, {3}, kF32};
+  FakeTensor out{2 * GiB, {3, 256}, kF32};
+  SinusoidParams params;
+  params.downscale_freq_shift = 1;
+  auto plan = plan_timestep_sinusoid({t.t, out.t, params});
+  ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
+  EXPECT_EQ(plan->spec.op, Op::TimestepSinusoid);
+  EXPECT_EQ(plan->spec.hidden, 256);
+  EXPECT_EQ(plan->grid, 3u);  // 3 x 128 frequencies, 128 per block
+  float neg_log = 0, inv = 0;
+  std::memcpy(&neg_log, &plan->params[3], 4);
+  std::memcpy(&inv, &plan->params[4], 4);
+  EXPECT_EQ(neg_log, static_cast<float>(-std::log(10000.0)));
+  EXPECT_EQ(inv, 1.0f / 127.0f);
+  EXPECT_EQ(plan->params[6], 1u);  // flip_sin_to_cos
+}
+
+TEST(TimestepSinusoidValidation, RefusesEachBrokenRuleByName) {
+  auto message = [](FakeTensor t, FakeTensor out, SinusoidParams params = {}) {
+    auto plan = plan_timestep_sinusoid({t.t, out.t, params});
+    if (plan) return std::string("accepted");
+    return take_error(plan.takeError()).message;
+  };
+  EXPECT_NE(message({1 * GiB, {3}, kBF16}, {2 * GiB, {3, 256}, kF32}).find("timestep_sinusoid: t must be float32"),
+            std::string::npos);
+  EXPECT_NE(message({1 * GiB, {3, 1}, kF32}, {2 * GiB, {3, 256}, kF32}).find("t must be 1-D"), std::string::npos);
+  EXPECT_NE(message({1 * GiB, {3}, kF32}, {2 * GiB, {4, 256}, kF32}).find("out must be (3, C) with C >= 2"),
+            std::string::npos);
+  SinusoidParams bad;
+  bad.max_period = 0;
+  EXPECT_NE(message({1 * GiB, {3}, kF32}, {2 * GiB, {3, 256}, kF32}, bad).find("max_period must be finite and > 0"),
+            std::string::npos);
 }
 
 }  // namespace

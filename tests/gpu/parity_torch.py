@@ -415,6 +415,55 @@ def rms_norms(suite, data):
                 torch.cuda.empty_cache()
 
 
+def diffusers_timestep_embedding(t, c, flip, shift, scale, max_period):
+    """diffusers get_timestep_embedding, written out as diffusers writes it (eager on the GPU)."""
+    import math
+    half = c // 2
+    exponent = -math.log(max_period) * torch.arange(start=0, end=half, dtype=torch.float32, device=t.device)
+    exponent = exponent / (half - shift)
+    emb = torch.exp(exponent)
+    emb = t[:, None].float() * emb[None, :]
+    emb = scale * emb
+    emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=-1)
+    if flip:
+        emb = torch.cat([emb[:, half:], emb[:, :half]], dim=-1)
+    if c % 2 == 1:
+        emb = torch.nn.functional.pad(emb, (0, 1, 0, 0))
+    return emb
+
+
+def sinusoids(suite, data):
+    log("timestep_sinusoid: diffusers get_timestep_embedding, bitwise; check_range")
+    for c in (256, 320, 255):
+        for n in (1, 3, 8, 1000):
+            gen = data.gen()
+            kinds = {"t in [0,1)": torch.rand(n, device="cuda", generator=gen),
+                     "t in 0..999": torch.randint(0, 1000, (n,), device="cuda", generator=gen).float(),
+                     "t bf16": torch.rand(n, device="cuda", generator=gen).to(torch.bfloat16)}
+            for kind, t in kinds.items():
+                for flip, shift, scale, period in ((True, 0, 1.0, 10000), (False, 1, 1.0, 10000),
+                                                   (True, 0, 1000.0, 10000), (True, 1, 1.0, 100)):
+                    def case(t=t, c=c, flip=flip, shift=shift, scale=scale, period=period):
+                        got = suite.xj.timestep_sinusoid(t, c, period, flip, shift, scale)
+                        suite.xj.synchronize()
+                        return compare(got, diffusers_timestep_embedding(t, c, flip, shift, scale, period))
+                    suite.run("sinusoid", f"C={c} T={n} {kind} flip={flip} shift={shift} scale={scale} "
+                              f"max_period={period}", case, C=c, T=n)
+    for name, bad in (("t = nan", float("nan")), ("t = 1.5", 1.5), ("t = -0.25", -0.25)):
+        t = torch.rand(16, device="cuda", generator=data.gen())
+        t[4] = bad
+
+        def case(t=t):
+            ok, detail = expect_error(suite.xj, 5, lambda: suite.xj.timestep_sinusoid(t, check_range=True),
+                                      "timestep_sinusoid: t[4]")
+            if not ok:
+                return ok, detail
+            suite.xj.timestep_sinusoid(t)  # without check_range a bad t is computed like eager
+            suite.xj.synchronize()
+            return True, detail
+        suite.run("sinusoid_range", name, case)
+
+
 def write_reports(args, suite, meta):
     fails = [c for c in suite.cases if c["result"] == "FAIL"]
     passes = [c for c in suite.cases if c["result"] == "PASS"]
@@ -425,7 +474,7 @@ def write_reports(args, suite, meta):
             json.dump(dict(meta, cases=suite.cases), f, indent=1)
     if args.report:
         lines = [
-            "# exactjit parity with PyTorch eager (bitwise): gate_residual, adaln_row_gather, rms_norm", "",
+            "# exactjit parity with PyTorch eager (bitwise): gate_residual, adaln_row_gather, rms_norm, timestep_sinusoid", "",
             *(f"- {k}: {v}" for k, v in meta.items() if k != "summary"),
             f"- result: {len(passes)} passed, {len(fails)} failed, "
             f"{meta['summary']['skipped']} skipped", "",
@@ -473,7 +522,8 @@ def main():
                      lambda: invalid_arguments(suite, data, args.hidden),
                      lambda: bad_indices(suite, data, args.hidden),
                      lambda: row_gather(suite, data, args.hidden),
-                     lambda: rms_norms(suite, data)):
+                     lambda: rms_norms(suite, data),
+                     lambda: sinusoids(suite, data)):
             try:
                 part()
             except Exception as e:  # setup of a group failed (e.g. out of memory)

@@ -1,0 +1,18 @@
+// exactjit codegen for timestep_sinusoid: the channel count is its only specialisation; the
+// frequency parameters are run-time values, as diffusers passes them.
+#include "codegen/render.hpp"
+
+#include <fmt/format.h>
+
+namespace exactjit::codegen {
+
+std::string render_sinusoid_constants(const KernelSpec& spec) {
+  return fmt::format(
+      "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
+      "constexpr int kHidden = {channels};  // channels C\n"
+      "constexpr int kTargetArch = {arch};\n",
+      fmt::arg("op_code", static_cast<int>(spec.op) + 1), fmt::arg("channels", spec.hidden),
+      fmt::arg("arch", spec.target.sm));
+}
+
+}  // namespace exactjit::codegen

@@ -1,0 +1,71 @@
+// exactjit op timestep_sinusoid: validate, spec, the scalar constants PyTorch derives, parameters.
+#include "kernels/timestep_sinusoid.hpp"
+
+#include "kernels/tensor_check.hpp"
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <cmath>
+
+namespace exactjit {
+namespace {
+constexpr std::string_view kOp = "timestep_sinusoid";
+ArgName arg(std::string_view name) { return {kOp, name}; }
+}  // namespace
+
+KernelSpec timestep_sinusoid_spec(int64_t channels) {
+  KernelSpec spec;
+  spec.op = Op::TimestepSinusoid;
+  spec.dtype = DType::F32;
+  spec.hidden = channels;
+  spec.vec = 1;
+  return spec;
+}
+
+llvm::Expected<LaunchPlan> plan_timestep_sinusoid(const TimestepSinusoidArgs& a) {
+  for (const auto& [name, tensor] : {std::pair{"t", &a.t}, std::pair{"out", &a.out}}) {
+    if (auto err = require_cuda(arg(name), *tensor)) return err;
+    if (tensor->dtype.code != kDLFloat || tensor->dtype.bits != 32 || tensor->dtype.lanes != 1)
+      return invalid(arg(name), "must be float32 (cast timesteps with .float(), as diffusers does)");
+  }
+  if (a.out.device.device_id != a.t.device.device_id)
+    return invalid(arg("out"), fmt::format("is on CUDA device {} but t is on device {}", a.out.device.device_id,
+                                           a.t.device.device_id));
+  if (a.t.ndim != 1) return invalid(arg("t"), fmt::format("must be 1-D (T,) (got {})", shape_string(a.t)));
+  if (!is_contiguous(a.t)) return invalid(arg("t"), "must be contiguous");
+  const int64_t timesteps = a.t.shape[0];
+  if (a.out.ndim != 2 || a.out.shape[0] != timesteps || a.out.shape[1] < 2 || a.out.shape[1] > INT_MAX)
+    return invalid(arg("out"), fmt::format("must be ({}, C) with C >= 2 channels (got {})", timesteps,
+                                           shape_string(a.out)));
+  if (!is_contiguous(a.out)) return invalid(arg("out"), "must be contiguous");
+  if (overlaps(a.out, a.t)) return invalid(arg("out"), "must not overlap t");
+  const SinusoidParams& p = a.params;
+  if (!(p.max_period > 0) || !std::isfinite(p.max_period))
+    return invalid(arg("max_period"), fmt::format("must be finite and > 0 (got {})", p.max_period));
+  if (!std::isfinite(p.downscale_freq_shift) || !std::isfinite(p.scale))
+    return invalid(arg("downscale_freq_shift"), "and scale must be finite");
+
+  const int64_t channels = a.out.shape[1];
+  const int64_t half = channels / 2;
+  LaunchPlan plan;
+  plan.spec = timestep_sinusoid_spec(channels);
+  plan.device_id = a.t.device.device_id;
+  const int64_t blocks = (timesteps * half + 127) / 128;
+  if (blocks > INT_MAX) return invalid(arg("t"), fmt::format("has too many timesteps ({})", timesteps));
+  plan.grid = static_cast<uint32_t>(blocks);
+  plan.threads = 128;
+  plan.push_pointer(data_address(a.t));
+  plan.push_pointer(data_address(a.out));
+  plan.push(static_cast<uint64_t>(timesteps));
+  // As PyTorch evaluates diffusers' Python scalars: -math.log(max_period) rounded to float, and a
+  // tensor divided by a scalar as a multiply by the float reciprocal of the float scalar.
+  plan.push_float(static_cast<float>(-std::log(p.max_period)));
+  plan.push_float(1.0f / static_cast<float>(static_cast<double>(half) - p.downscale_freq_shift));
+  plan.push_float(static_cast<float>(p.scale));
+  plan.push(p.flip_sin_to_cos ? 1 : 0);
+  plan.push(p.check_range ? 1 : 0);
+  return plan;
+}
+
+}  // namespace exactjit

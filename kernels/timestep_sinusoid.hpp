@@ -1,0 +1,30 @@
+// exactjit op timestep_sinusoid: diffusers get_timestep_embedding, bitwise equal to PyTorch eager
+// evaluating diffusers' expression (NUMERICS.md). fp32 (T,) timesteps -> fp32 (T, C).
+#pragma once
+
+#include "kernels/launch_plan.hpp"
+
+#include <dlpack/dlpack.h>
+#include <llvm/Support/Error.h>
+
+namespace exactjit {
+
+struct SinusoidParams {
+  double max_period = 10000;
+  bool flip_sin_to_cos = true;
+  double downscale_freq_shift = 0;
+  double scale = 1;
+  bool check_range = false;  ///< report t that is not finite or outside [0, 1] (H3 convention)
+};
+
+struct TimestepSinusoidArgs {
+  const DLTensor& t;    ///< (T,) float32
+  const DLTensor& out;  ///< (T, C) float32 contiguous; C is the channel count
+  SinusoidParams params;
+};
+
+llvm::Expected<LaunchPlan> plan_timestep_sinusoid(const TimestepSinusoidArgs& args);
+
+KernelSpec timestep_sinusoid_spec(int64_t channels);
+
+}  // namespace exactjit

@@ -100,6 +100,33 @@ DLDataType dl_dtype(DType dtype) {
   return {};
 }
 
+// Compares the device output with the host model's bit for bit and judges the case: equal bits
+// and, when a bad index was planted, an error at synchronize() that names `expected_error`.
+void judge(CaseOutcome& outcome, const std::vector<uint8_t>& expected, const std::vector<uint8_t>& actual,
+           size_t elem, const std::string& expected_error) {
+  const int64_t count = static_cast<int64_t>(expected.size() / elem);
+  for (int64_t k = 0; k < count; ++k) {
+    if (std::memcmp(&expected[k * elem], &actual[k * elem], elem) != 0) {
+      if (outcome.first_mismatch < 0) outcome.first_mismatch = k;
+      ++outcome.mismatches;
+    }
+  }
+  const bool bits_equal = outcome.mismatches == 0;
+  if (!expected_error.empty()) {
+    const bool reported = outcome.sync.code() == static_cast<int>(ErrorCode::BadIndex) &&
+                          outcome.sync.message().find(expected_error) != std::string::npos;
+    outcome.passed = bits_equal && reported;
+    outcome.detail = reported ? "bad index reported: " + outcome.sync.message()
+                              : "bad index NOT reported (sync: " + outcome.sync.message() + ")";
+  } else {
+    outcome.passed = bits_equal && outcome.sync.ok();
+    if (!outcome.sync.ok()) outcome.detail = "synchronize: " + outcome.sync.message();
+  }
+  if (!bits_equal)
+    outcome.detail += fmt::format("{}{} of {} elements differ from the host model (first at {})",
+                                  outcome.detail.empty() ? "" : "; ", outcome.mismatches, count, outcome.first_mismatch);
+}
+
 }  // namespace
 
 std::string GateResidualCase::name() const {
@@ -169,26 +196,7 @@ llvm::Expected<CaseOutcome> run_gate_residual_case(Runtime& runtime, int device_
   gate_residual_model(c.dtype, residual.data(), table.data(), c.table_stride, c.table_rows, index.data(), c.index,
                       y.data(), expected.data(), rows, c.seq, c.hidden);
   if (auto err = d_out->download(actual.data(), actual.size(), shift * elem)) return err;
-  for (int64_t k = 0; k < count; ++k) {
-    if (std::memcmp(&expected[k * elem], &actual[k * elem], elem) != 0) {
-      if (outcome.first_mismatch < 0) outcome.first_mismatch = k;
-      ++outcome.mismatches;
-    }
-  }
-  const bool bits_equal = outcome.mismatches == 0;
-  if (c.bad_position >= 0) {
-    const bool reported = outcome.sync.code() == static_cast<int>(ErrorCode::BadIndex) &&
-                          outcome.sync.message().find("gate_residual") != std::string::npos;
-    outcome.passed = bits_equal && reported;
-    outcome.detail = reported ? "bad index reported: " + outcome.sync.message()
-                              : "bad index NOT reported (sync: " + outcome.sync.message() + ")";
-  } else {
-    outcome.passed = bits_equal && outcome.sync.ok();
-    if (!outcome.sync.ok()) outcome.detail = "synchronize: " + outcome.sync.message();
-  }
-  if (!bits_equal)
-    outcome.detail += fmt::format("{}{} of {} elements differ from the host model (first at {})",
-                                  outcome.detail.empty() ? "" : "; ", outcome.mismatches, count, outcome.first_mismatch);
+  judge(outcome, expected, actual, elem, c.bad_position >= 0 ? "gate_residual: index[" : "");
   return outcome;
 }
 
@@ -248,27 +256,8 @@ llvm::Expected<CaseOutcome> run_adaln_row_gather_case(Runtime& runtime, int devi
   adaln_row_gather_model(elem, rows.data(), c.table_stride, c.timesteps, ti.data(), tags.data(), IndexType::I64,
                          expected.data(), c.seq, c.hidden);
   if (auto err = d_out->download(actual.data(), actual.size(), shift * elem)) return err;
-  for (size_t k = 0; k < out_count; ++k) {
-    if (std::memcmp(&expected[k * elem], &actual[k * elem], elem) != 0) {
-      if (outcome.first_mismatch < 0) outcome.first_mismatch = static_cast<int64_t>(k);
-      ++outcome.mismatches;
-    }
-  }
-  const bool bits_equal = outcome.mismatches == 0;
-  const char* bad_argument = c.bad_timestep >= 0 ? "timestep_indices" : c.bad_tag >= 0 ? "token_tags" : nullptr;
-  if (bad_argument) {
-    const bool reported = outcome.sync.code() == static_cast<int>(ErrorCode::BadIndex) &&
-                          outcome.sync.message().find(std::string("adaln_row_gather: ") + bad_argument) != std::string::npos;
-    outcome.passed = bits_equal && reported;
-    outcome.detail = reported ? "bad index reported: " + outcome.sync.message()
-                              : "bad index NOT reported (sync: " + outcome.sync.message() + ")";
-  } else {
-    outcome.passed = bits_equal && outcome.sync.ok();
-    if (!outcome.sync.ok()) outcome.detail = "synchronize: " + outcome.sync.message();
-  }
-  if (!bits_equal)
-    outcome.detail += fmt::format("{}{} of {} elements differ from the host model (first at {})",
-                                  outcome.detail.empty() ? "" : "; ", outcome.mismatches, out_count, outcome.first_mismatch);
+  const char* bad_argument = c.bad_timestep >= 0 ? "timestep_indices[" : c.bad_tag >= 0 ? "token_tags[" : nullptr;
+  judge(outcome, expected, actual, elem, bad_argument ? std::string("adaln_row_gather: ") + bad_argument : "");
   return outcome;
 }
 

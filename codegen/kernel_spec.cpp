@@ -76,6 +76,19 @@ std::optional<Target> parse_target(std::string_view text) {
   return target;
 }
 
+KernelSpec make_spec(Op op, DType dtype, IndexType index, int64_t hidden, int64_t table_stride, int vec,
+                     bool weighted) {
+  KernelSpec spec;
+  spec.op = op;
+  spec.dtype = dtype;
+  spec.index = index;
+  spec.hidden = hidden;
+  spec.table_stride = table_stride;
+  spec.vec = vec;
+  spec.weighted = weighted;
+  return spec;
+}
+
 std::string KernelSpec::describe() const {
   return fmt::format("{} dtype={} hidden={} table_stride={} vec={} index={} target={}{}", op_name(op),
                      dtype_name(dtype), hidden, table_stride, vec, index_type_name(index), target.name(),

@@ -48,6 +48,10 @@ struct KernelSpec {
   std::string stem() const;
 };
 
+/// A spec with the fields every op sets; the runtime fills in the target per device.
+KernelSpec make_spec(Op op, DType dtype, IndexType index, int64_t hidden, int64_t table_stride, int vec,
+                     bool weighted = false);
+
 struct KernelSpecHash {
   size_t operator()(const KernelSpec& s) const noexcept;
 };

@@ -14,17 +14,6 @@ constexpr std::string_view kOp = "adaln_row_gather";
 ArgName arg(std::string_view name) { return {kOp, name}; }
 }  // namespace
 
-KernelSpec adaln_row_gather_spec(DType dtype, IndexType index, int64_t hidden, int64_t table_stride, int vec) {
-  KernelSpec spec;
-  spec.op = Op::AdalnRowGather;
-  spec.dtype = dtype;
-  spec.index = index;
-  spec.hidden = hidden;
-  spec.table_stride = table_stride;
-  spec.vec = vec;
-  return spec;
-}
-
 llvm::Expected<LaunchPlan> plan_adaln_row_gather(const AdalnRowGatherArgs& a) {
   const std::pair<const char*, const DLTensor*> tensors[] = {
       {"rows", &a.rows}, {"timestep_indices", &a.timestep_indices}, {"token_tags", &a.token_tags}, {"out", &a.out}};
@@ -81,7 +70,7 @@ llvm::Expected<LaunchPlan> plan_adaln_row_gather(const AdalnRowGatherArgs& a) {
   const bool vector_ok = hidden % wide == 0 && table_stride % wide == 0 && data_address(a.rows) % 16 == 0 &&
                          data_address(a.out) % 16 == 0;
   LaunchPlan plan;
-  plan.spec = adaln_row_gather_spec(*dtype, *index_type, hidden, table_stride, vector_ok ? wide : 1);
+  plan.spec = make_spec(Op::AdalnRowGather, *dtype, *index_type, hidden, table_stride, vector_ok ? wide : 1);
   plan.device_id = a.rows.device.device_id;
   const codegen::RowGeometry geometry = codegen::row_geometry(plan.spec);
   const int64_t blocks = (seq + geometry.rows_per_block - 1) / geometry.rows_per_block;

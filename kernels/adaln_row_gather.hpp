@@ -18,6 +18,5 @@ struct AdalnRowGatherArgs {
 
 llvm::Expected<LaunchPlan> plan_adaln_row_gather(const AdalnRowGatherArgs& args);
 
-KernelSpec adaln_row_gather_spec(DType dtype, IndexType index, int64_t hidden, int64_t table_stride, int vec);
 
 }  // namespace exactjit

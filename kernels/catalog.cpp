@@ -1,8 +1,6 @@
 // exactjit kernel catalog (see catalog.hpp).
 #include "kernels/catalog.hpp"
 
-#include "kernels/adaln_row_gather.hpp"
-#include "kernels/gate_residual.hpp"
 #include "kernels/rms_norm.hpp"
 #include "kernels/timestep_sinusoid.hpp"
 #include "runtime/errors.hpp"
@@ -36,13 +34,7 @@ std::vector<KernelSpec> spec_family(Op op, DType dtype, int64_t hidden, int64_t 
   if (hidden % wide == 0 && table_stride % wide == 0) widths.insert(widths.begin(), wide);
   for (IndexType index : {IndexType::I64, IndexType::I32}) {
     for (int vec : widths) {
-      KernelSpec spec;
-      switch (op) {
-        case Op::GateResidual: spec = gate_residual_spec(dtype, index, hidden, table_stride, vec); break;
-        case Op::AdalnRowGather: spec = adaln_row_gather_spec(dtype, index, hidden, table_stride, vec); break;
-        case Op::RmsNorm:
-        case Op::TimestepSinusoid: break;  // handled above
-      }
+      KernelSpec spec = make_spec(op, dtype, index, hidden, table_stride, vec);  // the row-wise ops
       spec.target = target;
       specs.push_back(spec);
     }

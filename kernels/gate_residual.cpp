@@ -14,17 +14,6 @@ constexpr std::string_view kOp = "gate_residual";
 ArgName arg(std::string_view name) { return {kOp, name}; }
 }  // namespace
 
-KernelSpec gate_residual_spec(DType dtype, IndexType index, int64_t hidden, int64_t table_stride, int vec) {
-  KernelSpec spec;
-  spec.op = Op::GateResidual;
-  spec.dtype = dtype;
-  spec.index = index;
-  spec.hidden = hidden;
-  spec.table_stride = table_stride;
-  spec.vec = vec;
-  return spec;
-}
-
 llvm::Expected<LaunchPlan> plan_gate_residual(const GateResidualArgs& a) {
   const std::pair<const char*, const DLTensor*> tensors[] = {
       {"residual", &a.residual}, {"gate", &a.gate}, {"index", &a.index}, {"y", &a.y}, {"out", &a.out}};
@@ -100,7 +89,7 @@ llvm::Expected<LaunchPlan> plan_gate_residual(const GateResidualArgs& a) {
     if (tensor != &a.index) vector_ok = vector_ok && data_address(*tensor) % 16 == 0;
 
   LaunchPlan plan;
-  plan.spec = gate_residual_spec(*dtype, *index_type, hidden, table_stride, vector_ok ? wide : 1);
+  plan.spec = make_spec(Op::GateResidual, *dtype, *index_type, hidden, table_stride, vector_ok ? wide : 1);
   plan.device_id = a.residual.device.device_id;
   const codegen::RowGeometry geometry = codegen::row_geometry(plan.spec);
   const int64_t blocks = (rows + geometry.rows_per_block - 1) / geometry.rows_per_block;

@@ -20,7 +20,5 @@ struct GateResidualArgs {
 /// Checks every rule and returns the launch plan (grid 0 when M == 0).
 llvm::Expected<LaunchPlan> plan_gate_residual(const GateResidualArgs& args);
 
-/// The spec the plan would use for these shapes (also used by the catalog and the CLI).
-KernelSpec gate_residual_spec(DType dtype, IndexType index, int64_t hidden, int64_t table_stride, int vec);
 
 }  // namespace exactjit

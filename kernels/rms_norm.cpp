@@ -16,15 +16,8 @@ ArgName arg(std::string_view name) { return {kOp, name}; }
 }  // namespace
 
 KernelSpec rms_norm_spec(DType dtype, IndexType index, int64_t hidden, int64_t table_stride, bool weighted) {
-  KernelSpec spec;
-  spec.op = Op::RmsNorm;
-  spec.dtype = dtype;
-  spec.index = table_stride > 0 ? index : IndexType::I64;  // plain kernels read no index
-  spec.hidden = hidden;
-  spec.table_stride = table_stride;
-  spec.vec = 4;
-  spec.weighted = weighted;
-  return spec;
+  // Fixed 4-element vectors; plain kernels read no index, so their index type is canonical.
+  return make_spec(Op::RmsNorm, dtype, table_stride > 0 ? index : IndexType::I64, hidden, table_stride, 4, weighted);
 }
 
 llvm::Expected<LaunchPlan> plan_rms_norm(const RmsNormArgs& a) {

@@ -15,12 +15,7 @@ ArgName arg(std::string_view name) { return {kOp, name}; }
 }  // namespace
 
 KernelSpec timestep_sinusoid_spec(int64_t channels) {
-  KernelSpec spec;
-  spec.op = Op::TimestepSinusoid;
-  spec.dtype = DType::F32;
-  spec.hidden = channels;
-  spec.vec = 1;
-  return spec;
+  return make_spec(Op::TimestepSinusoid, DType::F32, IndexType::I64, channels, 0, 1);
 }
 
 llvm::Expected<LaunchPlan> plan_timestep_sinusoid(const TimestepSinusoidArgs& a) {

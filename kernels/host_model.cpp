@@ -2,9 +2,9 @@
 #include "kernels/host_model.hpp"
 
 #include "templates/numerics.cuh"
+#include "templates/gate_residual_math.cuh"
 
 #include <cstring>
-#include "templates/gate_residual_math.cuh"
 
 namespace exactjit {
 namespace {
@@ -39,7 +39,79 @@ int64_t dispatch_index(const void* residual, const void* gate, int64_t table_str
                              static_cast<T*>(out), rows, seq, hidden);
 }
 
+// fma.rn.f32 as the GPU computes it: one rounding, canonical NaN.
+float fma_model(float a, float b, float c) { return xj::canonical_nan_model(__builtin_fmaf(a, b, c)); }
+float div_model(float a, float b) { return xj::canonical_nan_model(a / b); }
+
+template <typename T> float rsqrt_argument(const T* x, int64_t hidden, float eps) {
+  constexpr int kThreads = 128, kLanes = 32;
+  float warp_totals[kThreads / kLanes];
+  for (int w = 0; w < kThreads / kLanes; ++w) {
+    float lanes[kLanes];
+    for (int lane = 0; lane < kLanes; ++lane) {  // 1. each thread's fma chain
+      float s = 0.0f;
+      for (int64_t v = w * kLanes + lane; v < hidden / 4; v += kThreads)
+        for (int e = 0; e < 4; ++e) {
+          const float xv = xj::to_float(x[4 * v + e]);
+          s = fma_model(xv, xv, s);
+        }
+      lanes[lane] = s;
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {  // 2. shfl_down tree (lanes past 31 read themselves)
+      float next[kLanes];
+      for (int lane = 0; lane < kLanes; ++lane)
+        next[lane] = xj::add(lanes[lane], lanes[lane + offset < kLanes ? lane + offset : lane]);
+      std::memcpy(lanes, next, sizeof lanes);
+    }
+    warp_totals[w] = lanes[0];
+  }
+  const float total = xj::add(xj::add(warp_totals[0], warp_totals[2]), xj::add(warp_totals[1], warp_totals[3]));
+  return xj::add(div_model(total, static_cast<float>(hidden)), eps);  // 3. and 4.
+}
+
+template <typename T>
+void rms_norm_row(const T* x, const T* weight, const T* shift, const T* scale, int64_t hidden, float rstd, T* out) {
+  for (int64_t j = 0; j < hidden; ++j) {
+    float n = xj::mul(rstd, xj::to_float(x[j]));
+    if (weight) n = xj::mul(xj::to_float(weight[j]), n);
+    T rounded = xj::round_to<T>(n);
+    if (shift) {
+      const float one_plus_scale = xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(scale[j]))));
+      const float scaled = xj::to_float(xj::round_to<T>(xj::mul(xj::to_float(rounded), one_plus_scale)));
+      rounded = xj::round_to<T>(xj::add(scaled, xj::to_float(shift[j])));
+    }
+    out[j] = rounded;
+  }
+}
+
 }  // namespace
+
+float rms_norm_rsqrt_argument_model(DType dtype, const void* x_row, int64_t hidden, float eps) {
+  switch (dtype) {
+    case DType::BF16: return rsqrt_argument(static_cast<const xj::bf16*>(x_row), hidden, eps);
+    case DType::F16: return rsqrt_argument(static_cast<const xj::fp16*>(x_row), hidden, eps);
+    case DType::F32: return rsqrt_argument(static_cast<const float*>(x_row), hidden, eps);
+  }
+  return 0;
+}
+
+void rms_norm_row_model(DType dtype, const void* x_row, const void* weight, const void* shift_row,
+                        const void* scale_row, int64_t hidden, float rstd, void* out_row) {
+  switch (dtype) {
+    case DType::BF16:
+      return rms_norm_row(static_cast<const xj::bf16*>(x_row), static_cast<const xj::bf16*>(weight),
+                          static_cast<const xj::bf16*>(shift_row), static_cast<const xj::bf16*>(scale_row), hidden,
+                          rstd, static_cast<xj::bf16*>(out_row));
+    case DType::F16:
+      return rms_norm_row(static_cast<const xj::fp16*>(x_row), static_cast<const xj::fp16*>(weight),
+                          static_cast<const xj::fp16*>(shift_row), static_cast<const xj::fp16*>(scale_row), hidden,
+                          rstd, static_cast<xj::fp16*>(out_row));
+    case DType::F32:
+      return rms_norm_row(static_cast<const float*>(x_row), static_cast<const float*>(weight),
+                          static_cast<const float*>(shift_row), static_cast<const float*>(scale_row), hidden, rstd,
+                          static_cast<float*>(out_row));
+  }
+}
 
 int64_t gate_residual_model(DType dtype, const void* residual, const void* gate, int64_t table_stride,
                             int64_t table_rows, const void* index, IndexType index_type, const void* y,

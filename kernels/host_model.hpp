@@ -16,6 +16,17 @@ int64_t gate_residual_model(DType dtype, const void* residual, const void* gate,
                             int64_t table_rows, const void* index, IndexType index_type, const void* y,
                             void* out, int64_t rows, int64_t seq, int64_t hidden);
 
+/// rms_norm, one row: the fp32 value PyTorch's RMSNorm hands to rsqrtf, add(div(s, H), eps), with the
+/// sum of squares s reduced in the kernel's order (NUMERICS.md: 128 threads over 4-element vectors,
+/// fma chains, the warp shuffle tree, (w0 + w2) + (w1 + w3)).
+float rms_norm_rsqrt_argument_model(DType dtype, const void* x_row, int64_t hidden, float eps);
+
+/// rms_norm, one output row for a given rstd: rT(w * (rstd * x)) (no weight: rT(rstd * x)), then, with
+/// shift and scale rows, rT(rT(n * rT(1 + scale)) + shift). rstd is an input because the GPU's
+/// rsqrt.approx.f32 has no bit-exact host equivalent.
+void rms_norm_row_model(DType dtype, const void* x_row, const void* weight, const void* shift_row,
+                        const void* scale_row, int64_t hidden, float rstd, void* out_row);
+
 /// out[c, s, :] = rows[ti[s] * 3 + tag[s], cH : (c+1)H] on raw storage of `element_bytes` each;
 /// positions with an index out of range are left unwritten; returns how many.
 int64_t adaln_row_gather_model(size_t element_bytes, const void* rows, int64_t table_stride, int64_t timesteps,

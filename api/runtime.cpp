@@ -117,9 +117,9 @@ llvm::Expected<DeviceState*> Runtime::Impl::device(int device_id) {
 }
 
 llvm::Expected<CUfunction> Runtime::Impl::function(DeviceState& state, KernelSpec spec) {
-  spec.target = state.target;
   {
-    std::shared_lock<std::shared_mutex> lock(state.mutex);
+    std::shared_lock<std::shared_mutex> lock(state.mutex);  // the target can move to PTX once
+    spec.target = state.target;
     if (auto it = state.functions.find(spec); it != state.functions.end()) return it->second;
   }
   const KernelSpec requested = spec;

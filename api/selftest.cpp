@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -27,11 +28,12 @@ struct Generator {
     return z ^ (z >> 31);
   }
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  float value() {
+  // specials: NaN and infinities too (elementwise ops); reductions want them in chosen rows only.
+  float value(bool specials) {
     const uint64_t pick = next() % 1000;
-    if (pick == 0) return std::numeric_limits<float>::quiet_NaN();
-    if (pick == 1) return std::numeric_limits<float>::infinity();
-    if (pick == 2) return -std::numeric_limits<float>::infinity();
+    if (specials && pick == 0) return std::numeric_limits<float>::quiet_NaN();
+    if (specials && pick == 1) return std::numeric_limits<float>::infinity();
+    if (specials && pick == 2) return -std::numeric_limits<float>::infinity();
     if (pick == 3) return 1e-41f;  // denormal
     if (pick == 4) return -0.0f;
     static const float scales[] = {1.0f, 1e-3f, 30.0f};
@@ -39,17 +41,19 @@ struct Generator {
   }
 };
 
-std::vector<uint8_t> random_storage(Generator& gen, DType dtype, int64_t count) {
-  std::vector<uint8_t> bytes(static_cast<size_t>(count) * dtype_size(dtype));
-  for (int64_t k = 0; k < count; ++k) {
-    const float v = gen.value();
-    if (dtype == DType::F32) {
-      std::memcpy(&bytes[k * 4], &v, 4);
-    } else {
-      const uint16_t bits = dtype == DType::BF16 ? xj::round_to<xj::bf16>(v).bits : xj::round_to<xj::fp16>(v).bits;
-      std::memcpy(&bytes[k * 2], &bits, 2);
-    }
+// Element k of a storage buffer set to v, rounded to the dtype as the model rounds.
+void store(std::vector<uint8_t>& bytes, int64_t k, DType dtype, float v) {
+  if (dtype == DType::F32) {
+    std::memcpy(&bytes[k * 4], &v, 4);
+  } else {
+    const uint16_t bits = dtype == DType::BF16 ? xj::round_to<xj::bf16>(v).bits : xj::round_to<xj::fp16>(v).bits;
+    std::memcpy(&bytes[k * 2], &bits, 2);
   }
+}
+
+std::vector<uint8_t> random_storage(Generator& gen, DType dtype, int64_t count, bool specials = true) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(count) * dtype_size(dtype));
+  for (int64_t k = 0; k < count; ++k) store(bytes, k, dtype, gen.value(specials));
   return bytes;
 }
 
@@ -261,6 +265,100 @@ llvm::Expected<CaseOutcome> run_adaln_row_gather_case(Runtime& runtime, int devi
   return outcome;
 }
 
+std::string RmsNormCase::name() const {
+  return fmt::format("rms_norm {} H={} {} {} S={} B={}{}", dtype_name(dtype), hidden,
+                     table_stride ? fmt::format("modulated stride={} R={} index={}", table_stride, table_rows,
+                                                index_type_name(index))
+                                  : std::string("plain"),
+                     weighted ? "weight" : "no-weight", seq, batch,
+                     bad_position >= 0 ? fmt::format(" bad-index@{}", bad_position) : "");
+}
+
+llvm::Expected<CaseOutcome> run_rms_norm_case(Runtime& runtime, int device_id, const RmsNormCase& c) {
+  auto driver = Driver::get();
+  if (!driver) return driver.takeError();
+  auto context = primary_context(**driver, device_id);
+  if (!context) return context.takeError();
+  const size_t elem = dtype_size(c.dtype);
+  const int64_t rows = c.seq * c.batch, count = rows * c.hidden;
+  const bool modulated = c.table_stride > 0;
+  const int64_t table_count = modulated ? (c.table_rows - 1) * c.table_stride + 2 * c.hidden : 0;
+  Generator gen{c.seed};
+  std::vector<uint8_t> x = random_storage(gen, c.dtype, count, /*specials=*/false);
+  if (rows >= 2) {  // a NaN in row 0 and an Inf in row 1
+    store(x, 5, c.dtype, std::numeric_limits<float>::quiet_NaN());
+    store(x, c.hidden + 7, c.dtype, std::numeric_limits<float>::infinity());
+  }
+  const std::vector<uint8_t> weight = random_storage(gen, c.dtype, c.hidden, /*specials=*/false);
+  const std::vector<uint8_t> table = random_storage(gen, c.dtype, table_count, /*specials=*/false);
+  std::vector<int64_t> index_values(static_cast<size_t>(c.seq));
+  for (int64_t s = 0; s < c.seq; ++s)
+    index_values[s] = s == c.bad_position ? c.table_rows : static_cast<int64_t>(gen.next() % static_cast<uint64_t>(c.table_rows));
+  const std::vector<uint8_t> index = index_bytes(c.index, index_values);
+
+  auto d_x = upload_new(**driver, *context, x, x.size());
+  if (!d_x) return d_x.takeError();
+  auto d_weight = upload_new(**driver, *context, weight, weight.size());
+  if (!d_weight) return d_weight.takeError();
+  auto d_table = upload_new(**driver, *context, table, std::max<size_t>(table.size(), 16));
+  if (!d_table) return d_table.takeError();
+  auto d_index = upload_new(**driver, *context, index, index.size());
+  if (!d_index) return d_index.takeError();
+  auto d_out = upload_new(**driver, *context, {}, x.size());
+  if (!d_out) return d_out.takeError();
+  auto d_rstd = upload_new(**driver, *context, {}, static_cast<size_t>(rows) * 4);
+  if (!d_rstd) return d_rstd.takeError();
+  if (auto err = d_out->fill(0xFF)) return err;
+  if (auto err = d_rstd->fill(0xFF)) return err;
+
+  int64_t x_shape[3] = {c.batch, c.seq, c.hidden}, weight_shape[1] = {c.hidden}, rstd_shape[2] = {c.batch, c.seq};
+  int64_t table_shape[2] = {c.table_rows, c.hidden}, table_strides[2] = {c.table_stride, 1}, index_shape[1] = {c.seq};
+  const DLDataType dt = dl_dtype(c.dtype);
+  const DLTensor t_x = device_tensor(*d_x, 0, device_id, 3, x_shape, nullptr, dt);
+  const DLTensor t_out = device_tensor(*d_out, 0, device_id, 3, x_shape, nullptr, dt);
+  const DLTensor t_weight = device_tensor(*d_weight, 0, device_id, 1, weight_shape, nullptr, dt);
+  const DLTensor t_shift = device_tensor(*d_table, 0, device_id, 2, table_shape, table_strides, dt);
+  const DLTensor t_scale = device_tensor(*d_table, c.hidden * elem, device_id, 2, table_shape, table_strides, dt);
+  const DLTensor t_index = device_tensor(*d_index, 0, device_id, 1, index_shape, nullptr, dl_index(c.index));
+  const DLTensor t_rstd = device_tensor(*d_rstd, 0, device_id, 2, rstd_shape, nullptr, DLDataType{kDLFloat, 32, 1});
+
+  CaseOutcome outcome;
+  outcome.launch = runtime.rms_norm(t_x, c.weighted ? &t_weight : nullptr, modulated ? &t_shift : nullptr,
+                                    modulated ? &t_scale : nullptr, modulated ? &t_index : nullptr, t_out, &t_rstd,
+                                    1e-5, nullptr);
+  outcome.sync = runtime.synchronize(device_id, nullptr);
+  if (!outcome.launch.ok()) {
+    outcome.detail = "launch failed: " + outcome.launch.message();
+    return outcome;
+  }
+  std::vector<uint8_t> actual(x.size()), expected(x.size(), 0xFF);
+  std::vector<float> rstd(static_cast<size_t>(rows));
+  if (auto err = d_out->download(actual.data(), actual.size())) return err;
+  if (auto err = d_rstd->download(rstd.data(), rstd.size() * 4)) return err;
+  int64_t rstd_off = 0;
+  const size_t row_bytes = static_cast<size_t>(c.hidden) * elem;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t i = index_values[r % c.seq];
+    if (modulated && (i < 0 || i >= c.table_rows)) continue;  // reported, not written
+    const float argument = rms_norm_rsqrt_argument_model(c.dtype, &x[r * row_bytes], c.hidden, 1e-5f);
+    const float reference = static_cast<float>(1.0 / std::sqrt(static_cast<double>(argument)));
+    const bool close = (argument != argument && rstd[r] != rstd[r]) ||
+                       std::fabs(static_cast<double>(rstd[r]) - reference) <=
+                           4.0 * std::fabs(static_cast<double>(std::nextafter(reference, INFINITY)) - reference);
+    rstd_off += close ? 0 : 1;
+    const uint8_t* table_row = modulated ? &table[static_cast<size_t>(i * c.table_stride) * elem] : nullptr;
+    rms_norm_row_model(c.dtype, &x[r * row_bytes], c.weighted ? weight.data() : nullptr, table_row,
+                       table_row ? table_row + row_bytes : nullptr, c.hidden, rstd[r], &expected[r * row_bytes]);
+  }
+  judge(outcome, expected, actual, elem, c.bad_position >= 0 ? "rms_norm: index[" : "");
+  if (rstd_off) {
+    outcome.passed = false;
+    outcome.detail += fmt::format("{}{} rows have an rstd more than 4 ulp from the model's", outcome.detail.empty() ? "" : "; ",
+                                  rstd_off);
+  }
+  return outcome;
+}
+
 llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int device_id,
                                                        const std::function<void(const SelftestLine&)>& progress) {
   std::vector<GateResidualCase> cases;
@@ -313,6 +411,30 @@ llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int dev
   bad_tag.bad_tag = 4;
   gathers.push_back(bad_tag);
 
+  std::vector<RmsNormCase> norms;
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32}) {
+    for (int64_t stride : {int64_t{0}, 6 * kDefaultHidden, 2 * kDefaultHidden}) {
+      for (bool weighted : {true, false}) {
+        RmsNormCase c;
+        c.dtype = dtype;
+        c.table_stride = stride;
+        c.table_rows = stride == 2 * kDefaultHidden ? 3 : 9;
+        c.weighted = weighted;
+        c.index = weighted ? IndexType::I64 : IndexType::I32;
+        c.seq = weighted ? 4097 : 7;
+        c.batch = weighted ? 1 : 2;
+        c.seed = seed++;
+        norms.push_back(c);
+      }
+    }
+  }
+  RmsNormCase bad_norm;
+  bad_norm.table_stride = 6 * kDefaultHidden;
+  bad_norm.weighted = false;
+  bad_norm.bad_position = 3;
+  bad_norm.seed = seed++;
+  norms.push_back(bad_norm);
+
   std::vector<SelftestLine> lines;
   auto record = [&](const std::string& name, const CaseOutcome& outcome) {
     SelftestLine line{name, outcome.passed, outcome.detail};
@@ -326,6 +448,11 @@ llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int dev
   }
   for (const AdalnRowGatherCase& c : gathers) {
     auto outcome = run_adaln_row_gather_case(runtime, device_id, c);
+    if (!outcome) return outcome.takeError();
+    record(c.name(), *outcome);
+  }
+  for (const RmsNormCase& c : norms) {
+    auto outcome = run_rms_norm_case(runtime, device_id, c);
     if (!outcome) return outcome.takeError();
     record(c.name(), *outcome);
   }

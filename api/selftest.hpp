@@ -57,6 +57,25 @@ struct AdalnRowGatherCase {
 
 llvm::Expected<CaseOutcome> run_adaln_row_gather_case(Runtime& runtime, int device_id, const AdalnRowGatherCase& c);
 
+struct RmsNormCase {
+  DType dtype = DType::BF16;
+  IndexType index = IndexType::I64;
+  int64_t hidden = 5376;
+  int64_t table_stride = 0;  ///< 0: plain; else shift/scale are chunks 0 and 1 of (R, stride) rows
+  int64_t table_rows = 9;
+  bool weighted = true;
+  int64_t seq = 7;
+  int64_t batch = 2;
+  int64_t bad_position = -1;  ///< >= 0 (modulated only): index[bad_position] is out of range
+  uint64_t seed = 1;
+  std::string name() const;
+};
+
+/// rms_norm against the host model: the device's rstd must lie within 4 ulp of 1/sqrt of the
+/// model's rsqrt argument (the host cannot run the GPU's rsqrt.approx), and every output must
+/// equal the model's output for that rstd, bit for bit.
+llvm::Expected<CaseOutcome> run_rms_norm_case(Runtime& runtime, int device_id, const RmsNormCase& c);
+
 struct SelftestLine {
   std::string name;
   bool passed = false;

@@ -196,6 +196,22 @@ TEST(DiskCache, PruneBySizeAndAgeAndPolicyErrors) {
   EXPECT_EQ(take_error(bad.takeError()).code, ErrorCode::InvalidArgument);
 }
 
+TEST(DiskCache, VirtualTargetEntriesHoldPtx) {
+  test::TempDir dir;
+  const KernelSource ptx_source = codegen::render(
+      spec_family(Op::GateResidual, DType::BF16, kDefaultHidden, 6 * kDefaultHidden, Target{90, true}).front());
+  const std::string folder = publish_one(dir.path(), ptx_source);
+  EXPECT_TRUE(llvm::sys::fs::exists(folder + "/kernel.ptx"));
+  EXPECT_FALSE(llvm::sys::fs::exists(folder + "/kernel.cubin"));
+  KernelCache cache(writable(dir.path()));
+  const CacheLookup lookup = test::expect_value(cache.get(ptx_source));
+  EXPECT_EQ(lookup.origin, Origin::Disk);
+  EXPECT_TRUE(lookup.kernel->is_ptx);
+  EXPECT_NE(lookup.kernel->image.find(".target sm_90"), std::string::npos);
+  // The real-target kernel of the same spec is a different entry.
+  EXPECT_EQ(test::expect_value(cache.get(bf16_source())).origin, Origin::Compiled);
+}
+
 TEST(DiskCache, ClearRemovesOnlyOurFolder) {
   test::TempDir dir;
   publish_one(dir.path());

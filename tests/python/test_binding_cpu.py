@@ -37,6 +37,25 @@ class BindingWithoutGpu(unittest.TestCase):
                 _lib.check(status, "xj_gate_residual")
             self.assertIn("gate_residual", str(caught.exception))
 
+    def test_every_op_refuses_null_tensors_by_name(self):
+        with exactjit.Runtime() as rt:
+            calls = {
+                "adaln_row_gather": lambda: _lib.lib.xj_adaln_row_gather(rt.handle, None, None, None, None, None),
+                "rms_norm": lambda: _lib.lib.xj_rms_norm(rt.handle, None, None, None, None, None, None, None,
+                                                         1e-5, None),
+                "timestep_sinusoid": lambda: _lib.lib.xj_timestep_sinusoid(rt.handle, None, None, 10000.0, 1,
+                                                                           0.0, 1.0, 0, None),
+            }
+            for op, call in calls.items():
+                self.assertEqual(call(), exactjit.Status.INVALID_ARGUMENT, op)
+                self.assertIn(op + ":", _lib.last_error())
+
+    def test_bad_arch_option_is_reported_at_first_use(self):
+        with exactjit.Runtime(arch="banana") as rt:
+            # Checked before the driver is even loaded, so the message is the same on any machine.
+            self.assertEqual(_lib.lib.xj_synchronize(rt.handle, 0, None), exactjit.Status.INVALID_ARGUMENT)
+            self.assertIn("arch 'banana'", _lib.last_error())
+
     def test_bad_library_override_names_it(self):
         env = dict(os.environ, EXACTJIT_LIBRARY="/nonexistent/libexactjit.so",
                    PYTHONPATH=os.path.join(REPO, "python"))

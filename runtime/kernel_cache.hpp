@@ -44,7 +44,6 @@ class KernelCache {
   explicit KernelCache(CacheConfig config, std::function<void(const std::string&)> report = {});
 
   llvm::Expected<CacheLookup> get(const KernelSource& source);
-  const DiskCache& disk() const { return disk_; }
 
  private:
   struct Slot;

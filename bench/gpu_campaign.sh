@@ -33,7 +33,7 @@ if [ "${TUNE:-0}" = 1 ]; then
   cat "$LOGS/tune.log"
 fi
 step parity parity.log python3 tests/gpu/parity_torch.py --report "$OUT/parity.md" --json "$OUT/parity.json"
-step bench bench.log python3 bench/bench_gate_residual.py --dtypes bf16,fp16,fp32 --report "$OUT/bench.md" --json "$OUT/bench.json"
+step bench bench.log python3 bench/bench_forward.py --dtypes bf16,fp16,fp32 --report "$OUT/bench.md" --json "$OUT/bench.json"
 cat "$OUT/bench.md" 2>/dev/null
 tar -C "$OUT" -czf "$OUT/logs.tgz" logs && rm -rf "$LOGS"  # at most 8 files come back
 printf '%s\n' "${summary[@]}"

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""gate_residual forward: exactjit against PyTorch eager and torch.compile, on the GPU machine.
+"""Forward ops: exactjit against PyTorch eager and torch.compile, on the GPU machine.
 
-Four implementations of `residual + gate.index_select(0, index) * y`, timed side by side in one
+gate_residual, then adaln_row_gather (vs six eager index_selects) and rms_norm (modulated vs eager
+and both compile modes; plain vs PyTorch's fused RMSNorm), each at every --sizes S.
+
+gate_residual: four implementations of `residual + gate.index_select(0, index) * y`, timed side by side in one
 process (PERFORMANCE.md, "Method"):
   exactjit          exactjit.gate_residual (allocates its output, as the others do)
   eager             the expression above
@@ -21,7 +24,7 @@ Bytes moved, the minimum any implementation must move:
 with R = 3T rows of the (3T, 6H) table view. GB/s = bytes / median time; "% copy" compares that
 with a device-to-device copy measured in the same run (bytes read + written).
 
-  python3 bench/bench_gate_residual.py [--dtypes bf16,fp16,fp32] [--report r.md] [--json r.json]
+  python3 bench/bench_forward.py [--dtypes bf16,fp16,fp32] [--report r.md] [--json r.json]
 Exit status: 0 done, 1 an op failed to run, 2 exactjit unavailable (the references are still timed).
 """
 import argparse

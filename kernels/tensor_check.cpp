@@ -6,6 +6,9 @@
 #include <fmt/format.h>
 
 namespace exactjit {
+namespace {
+constexpr int kMaxDims = 8;
+}  // namespace
 
 llvm::Error invalid(ArgName name, const std::string& rule) {
   return make_error(ErrorCode::InvalidArgument, fmt::format("{}: {} {}", name.op, name.arg, rule));
@@ -38,10 +41,32 @@ llvm::Error require_cuda(ArgName name, const DLTensor& t) {
     return invalid(name, fmt::format("must be a CUDA device tensor (DLPack device type {}, got {})",
                                      static_cast<int>(kDLCUDA), static_cast<int>(t.device.device_type)));
   if (t.ndim < 0 || (t.ndim > 0 && !t.shape)) return invalid(name, "has no shape");
-  for (int d = 0; d < t.ndim; ++d)
+  if (t.ndim > kMaxDims) return invalid(name, fmt::format("has {} dimensions (at most {})", t.ndim, kMaxDims));
+  int64_t count = 1;
+  for (int d = 0; d < t.ndim; ++d) {
     if (t.shape[d] < 0) return invalid(name, fmt::format("has a negative dimension {}", shape_string(t)));
-  if (element_count(t) > 0 && !t.data) return invalid(name, "has a null data pointer");
+    if (__builtin_mul_overflow(count, t.shape[d], &count))
+      return invalid(name, fmt::format("has more elements than 64 bits can count {}", shape_string(t)));
+  }
   const unsigned element_bytes = (t.dtype.bits * t.dtype.lanes + 7) / 8;
+  if (count > 0) {
+    // Every byte the tensor spans must be addressable without overflow: later rules (overlap,
+    // alignment, row strides) compute with these offsets.
+    int64_t last = 0;
+    for (int d = 0; d < t.ndim; ++d) {
+      const int64_t stride = stride_of(t, d);
+      if (stride < 0) return invalid(name, "has a negative stride (not supported)");
+      int64_t step = 0;
+      if (__builtin_mul_overflow(t.shape[d] - 1, stride, &step) || __builtin_add_overflow(last, step, &last))
+        return invalid(name, "spans more memory than 64 bits can address");
+    }
+    int64_t bytes = 0;
+    uint64_t end = 0;
+    if (__builtin_mul_overflow(last + 1, static_cast<int64_t>(element_bytes), &bytes) ||
+        __builtin_add_overflow(data_address(t), static_cast<uint64_t>(bytes), &end))
+      return invalid(name, "spans more memory than 64 bits can address");
+    if (!t.data) return invalid(name, "has a null data pointer");
+  }
   if (element_bytes > 0 && data_address(t) % element_bytes != 0)
     return invalid(name, fmt::format("must be aligned to its element size ({} bytes)", element_bytes));
   return llvm::Error::success();

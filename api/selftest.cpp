@@ -161,20 +161,16 @@ llvm::Expected<CaseOutcome> run_gate_residual_case(Runtime& runtime, int device_
   const std::vector<uint8_t> index = index_bytes(c.index, index_values);
 
   const size_t act_bytes = static_cast<size_t>(count + shift) * elem;
-  auto d_residual = DeviceBuffer::allocate(**driver, *context, act_bytes);
+  auto d_residual = upload_new(**driver, *context, residual, act_bytes, shift * elem);
   if (!d_residual) return d_residual.takeError();
-  auto d_y = DeviceBuffer::allocate(**driver, *context, act_bytes);
+  auto d_y = upload_new(**driver, *context, y, act_bytes, shift * elem);
   if (!d_y) return d_y.takeError();
-  auto d_out = DeviceBuffer::allocate(**driver, *context, act_bytes);
+  auto d_out = upload_new(**driver, *context, {}, act_bytes);
   if (!d_out) return d_out.takeError();
-  auto d_table = DeviceBuffer::allocate(**driver, *context, static_cast<size_t>(table_count) * elem);
+  auto d_table = upload_new(**driver, *context, table, table.size());
   if (!d_table) return d_table.takeError();
-  auto d_index = DeviceBuffer::allocate(**driver, *context, index.size());
+  auto d_index = upload_new(**driver, *context, index, index.size());
   if (!d_index) return d_index.takeError();
-  for (auto [buffer, host] : {std::pair{&*d_residual, &residual}, std::pair{&*d_y, &y}})
-    if (auto err = buffer->upload(host->data(), host->size(), shift * elem)) return err;
-  if (auto err = d_table->upload(table.data(), table.size())) return err;
-  if (auto err = d_index->upload(index.data(), index.size())) return err;
   if (auto err = d_out->fill(0xFF)) return err;  // poison: unwritten elements show up
 
   int64_t act_shape[3] = {c.batch, c.seq, c.hidden};

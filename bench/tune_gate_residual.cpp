@@ -53,20 +53,14 @@ int main(int argc, char** argv) {
     out.push_back(filled(act_bytes));
   }
   DeviceBuffer table = filled(static_cast<size_t>(table_rows * stride * 2));
-  std::vector<int64_t> index(static_cast<size_t>(seq));
-  for (int64_t s = 0; s < seq; ++s) index[s] = (s * 7 + 3) % table_rows;
-  DeviceBuffer d_index = die_on(DeviceBuffer::allocate(cu, ctx, index.size() * 8));
-  die_on(d_index.upload(index.data(), index.size() * 8));
-  DeviceBuffer errors = die_on(DeviceBuffer::allocate(cu, ctx, 32));
-  die_on(errors.fill(0));
+  DeviceBuffer d_index = tune::index_buffer(cu, ctx, seq, table_rows, 7);
+  DeviceBuffer errors = tune::error_record(cu, ctx);
 
   tune::EventTimer timer(cu, reps, kSets);
 
   // Copy ceiling: read act_bytes + write act_bytes.
-  const float copy_ms = timer.median_ms([&](int s) {
-    die_on(cu.check(cu.cuMemcpyDtoDAsync(out[s].address(), residual[s].address(), act_bytes, nullptr), "copy"));
-  });
-  const double copy_gbs = 2.0 * act_bytes / copy_ms / 1e6;
+  const double copy_gbs = timer.copy_gbs(residual, out, act_bytes);
+  const double copy_ms = 2.0 * act_bytes / copy_gbs / 1e6;
   const double bytes = 3.0 * act_bytes + static_cast<double>(table_rows * hidden * 2);
   fmt::print("S={} H={} bf16: copy {:.3f} ms = {:.0f} GB/s; gate_residual bytes {:.3f} GB, floor at copy rate {:.3f} ms\n",
              seq, hidden, copy_ms, copy_gbs, bytes / 1e9, bytes / copy_gbs / 1e6);

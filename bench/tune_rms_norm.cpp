@@ -52,18 +52,12 @@ int main(int argc, char** argv) {
     out.push_back(filled(act_bytes));
   }
   DeviceBuffer table = filled(static_cast<size_t>(table_rows * stride * 2));
-  std::vector<int64_t> index(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) index[r] = (r * 5 + 1) % table_rows;
-  DeviceBuffer d_index = die_on(DeviceBuffer::allocate(cu, ctx, index.size() * 8));
-  die_on(d_index.upload(index.data(), index.size() * 8));
-  DeviceBuffer errors = die_on(DeviceBuffer::allocate(cu, ctx, 32));
-  die_on(errors.fill(0));
+  DeviceBuffer d_index = tune::index_buffer(cu, ctx, rows, table_rows, 5);
+  DeviceBuffer errors = tune::error_record(cu, ctx);
 
   tune::EventTimer timer(cu, reps, kSets);
-  const float copy_ms = timer.median_ms([&](int s) {
-    die_on(cu.check(cu.cuMemcpyDtoDAsync(out[s].address(), x[s].address(), act_bytes, nullptr), "copy"));
-  });
-  const double copy_gbs = 2.0 * act_bytes / copy_ms / 1e6;
+  const double copy_gbs = timer.copy_gbs(x, out, act_bytes);
+  const double copy_ms = 2.0 * act_bytes / copy_gbs / 1e6;
   const double bytes = 2.0 * act_bytes;
   fmt::print("S={} H={} bf16: copy {:.3f} ms = {:.0f} GB/s; rms_norm bytes {:.3f} GB, floor {:.3f} ms\n", rows,
              hidden, copy_ms, copy_gbs, bytes / 1e9, bytes / copy_gbs / 1e6);

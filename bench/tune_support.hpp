@@ -49,6 +49,22 @@ inline DeviceBuffer random_buffer(const Driver& cu, CUcontext ctx, size_t bytes,
   return buffer;
 }
 
+/// An index tensor (int64) of `count` rows cycling through `table_rows` with a fixed stride.
+inline DeviceBuffer index_buffer(const Driver& cu, CUcontext ctx, int64_t count, int64_t table_rows, int64_t step) {
+  std::vector<int64_t> index(static_cast<size_t>(count));
+  for (int64_t r = 0; r < count; ++r) index[r] = (r * step + 1) % table_rows;
+  DeviceBuffer buffer = die_on(DeviceBuffer::allocate(cu, ctx, index.size() * 8));
+  die_on(buffer.upload(index.data(), index.size() * 8));
+  return buffer;
+}
+
+/// A zeroed device error record for the kernels' last parameter.
+inline DeviceBuffer error_record(const Driver& cu, CUcontext ctx) {
+  DeviceBuffer buffer = die_on(DeviceBuffer::allocate(cu, ctx, 32));
+  die_on(buffer.fill(0));
+  return buffer;
+}
+
 /// Median over `reps` single launches, each bracketed by events; `launch(set)` rotates input sets.
 class EventTimer {
  public:
@@ -60,6 +76,14 @@ class EventTimer {
     cu_.cuEventDestroy(start_);
     cu_.cuEventDestroy(stop_);
   }
+  /// Device-to-device copy rate, GB/s of bytes read + written, over the rotating sets.
+  double copy_gbs(const std::vector<DeviceBuffer>& from, const std::vector<DeviceBuffer>& to, size_t bytes) {
+    const float ms = median_ms([&](int s) {
+      die_on(cu_.check(cu_.cuMemcpyDtoDAsync(to[s].address(), from[s].address(), bytes, nullptr), "copy"));
+    });
+    return 2.0 * bytes / ms / 1e6;
+  }
+
   template <typename Launch> float median_ms(Launch&& launch) {
     for (int k = 0; k < 3; ++k) launch(k % sets_);
     std::vector<float> times;

@@ -15,14 +15,9 @@ ArgName arg(std::string_view name) { return {kOp, name}; }
 }  // namespace
 
 llvm::Expected<LaunchPlan> plan_adaln_row_gather(const AdalnRowGatherArgs& a) {
-  const std::pair<const char*, const DLTensor*> tensors[] = {
+  const NamedTensor tensors[] = {
       {"rows", &a.rows}, {"timestep_indices", &a.timestep_indices}, {"token_tags", &a.token_tags}, {"out", &a.out}};
-  for (const auto& [name, tensor] : tensors)
-    if (auto err = require_cuda(arg(name), *tensor)) return err;
-  for (const auto& [name, tensor] : tensors)
-    if (tensor->device.device_id != a.rows.device.device_id)
-      return invalid(arg(name), fmt::format("is on CUDA device {} but rows is on device {}",
-                                            tensor->device.device_id, a.rows.device.device_id));
+  if (auto err = require_cuda_on_one_device(kOp, tensors)) return err;
   auto dtype = float_dtype(arg("rows"), a.rows);
   if (!dtype) return dtype.takeError();
   auto out_dtype = float_dtype(arg("out"), a.out);
@@ -77,10 +72,10 @@ llvm::Expected<LaunchPlan> plan_adaln_row_gather(const AdalnRowGatherArgs& a) {
   if (blocks > INT_MAX) return invalid(arg("timestep_indices"), fmt::format("S = {} is too long for one launch", seq));
   plan.grid = static_cast<uint32_t>(blocks);
   plan.threads = static_cast<uint32_t>(geometry.threads());
-  plan.push_pointer(data_address(a.rows));
-  plan.push_pointer(data_address(a.timestep_indices));
-  plan.push_pointer(data_address(a.token_tags));
-  plan.push_pointer(data_address(a.out));
+  plan.push(data_address(a.rows));
+  plan.push(data_address(a.timestep_indices));
+  plan.push(data_address(a.token_tags));
+  plan.push(data_address(a.out));
   plan.push(static_cast<uint64_t>(seq));
   plan.push(static_cast<uint64_t>(table_rows / 3));
   return plan;

@@ -15,14 +15,9 @@ ArgName arg(std::string_view name) { return {kOp, name}; }
 }  // namespace
 
 llvm::Expected<LaunchPlan> plan_gate_residual(const GateResidualArgs& a) {
-  const std::pair<const char*, const DLTensor*> tensors[] = {
+  const NamedTensor tensors[] = {
       {"residual", &a.residual}, {"gate", &a.gate}, {"index", &a.index}, {"y", &a.y}, {"out", &a.out}};
-  for (const auto& [name, tensor] : tensors)
-    if (auto err = require_cuda(arg(name), *tensor)) return err;
-  for (const auto& [name, tensor] : tensors)
-    if (tensor->device.device_id != a.residual.device.device_id)
-      return invalid(arg(name), fmt::format("is on CUDA device {} but residual is on device {}",
-                                            tensor->device.device_id, a.residual.device.device_id));
+  if (auto err = require_cuda_on_one_device(kOp, tensors)) return err;
 
   auto dtype = float_dtype(arg("residual"), a.residual);
   if (!dtype) return dtype.takeError();
@@ -97,11 +92,11 @@ llvm::Expected<LaunchPlan> plan_gate_residual(const GateResidualArgs& a) {
     return invalid(arg("residual"), fmt::format("has too many rows ({}) for one launch", rows));
   plan.grid = static_cast<uint32_t>(blocks);
   plan.threads = static_cast<uint32_t>(geometry.threads());
-  plan.push_pointer(data_address(a.residual));
-  plan.push_pointer(data_address(a.gate));
-  plan.push_pointer(data_address(a.index));
-  plan.push_pointer(data_address(a.y));
-  plan.push_pointer(data_address(a.out));
+  plan.push(data_address(a.residual));
+  plan.push(data_address(a.gate));
+  plan.push(data_address(a.index));
+  plan.push(data_address(a.y));
+  plan.push(data_address(a.out));
   plan.push(static_cast<uint64_t>(rows));
   plan.push(static_cast<uint64_t>(seq));
   plan.push(static_cast<uint64_t>(table_rows));

@@ -21,7 +21,6 @@ struct LaunchPlan {
   int param_count = 0;
 
   void push(uint64_t value) { params[param_count++] = value; }
-  void push_pointer(uint64_t address) { push(address); }
   /// A 32-bit float parameter: the driver reads its 4 bytes from the start of the slot.
   void push_float(float value) {
     uint32_t bits;

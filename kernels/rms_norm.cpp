@@ -5,6 +5,7 @@
 #include "kernels/tensor_check.hpp"
 
 #include <fmt/format.h>
+#include <llvm/ADT/SmallVector.h>
 
 #include <climits>
 #include <cmath>
@@ -24,21 +25,16 @@ llvm::Expected<LaunchPlan> plan_rms_norm(const RmsNormArgs& a) {
   const bool modulated = a.shift || a.scale || a.index;
   if (modulated && !(a.shift && a.scale && a.index))
     return invalid(arg("shift"), "scale and index must be given together (AdaLN modulation) or not at all");
-  std::vector<std::pair<const char*, const DLTensor*>> tensors = {{"x", &a.x}, {"out", &a.out}};
+  // Inline storage: planning sits on the launch hot path and must not allocate.
+  llvm::SmallVector<NamedTensor, 7> tensors = {{"x", &a.x}, {"out", &a.out}};
   if (a.weight) tensors.push_back({"weight", a.weight});
-  if (modulated) tensors.insert(tensors.end(), {{"shift", a.shift}, {"scale", a.scale}, {"index", a.index}});
+  if (modulated) tensors.append({{"shift", a.shift}, {"scale", a.scale}, {"index", a.index}});
   if (a.rstd) tensors.push_back({"rstd", a.rstd});
-  for (const auto& [name, tensor] : tensors)
-    if (auto err = require_cuda(arg(name), *tensor)) return err;
-  for (const auto& [name, tensor] : tensors)
-    if (tensor->device.device_id != a.x.device.device_id)
-      return invalid(arg(name), fmt::format("is on CUDA device {} but x is on device {}", tensor->device.device_id,
-                                            a.x.device.device_id));
+  if (auto err = require_cuda_on_one_device(kOp, tensors)) return err;
   auto dtype = float_dtype(arg("x"), a.x);
   if (!dtype) return dtype.takeError();
   for (const auto& [name, tensor] : tensors) {
-    const std::string_view n = name;
-    if (n == "x" || n == "index" || n == "rstd") continue;
+    if (name == "x" || name == "index" || name == "rstd") continue;
     auto other = float_dtype(arg(name), *tensor);
     if (!other) return other.takeError();
     if (*other != *dtype)
@@ -105,7 +101,7 @@ llvm::Expected<LaunchPlan> plan_rms_norm(const RmsNormArgs& a) {
       return invalid(arg("index"), fmt::format("length S = {} must divide the M = {} rows of x", seq, rows));
   }
   for (const auto& [name, tensor] : tensors)
-    if (std::string_view(name) != "out" && overlaps(a.out, *tensor))
+    if (name != "out" && overlaps(a.out, *tensor))
       return invalid(arg("out"), fmt::format("must not overlap {}", name));
 
   LaunchPlan plan;
@@ -115,13 +111,13 @@ llvm::Expected<LaunchPlan> plan_rms_norm(const RmsNormArgs& a) {
   if (blocks > INT_MAX) return invalid(arg("x"), fmt::format("has too many rows ({}) for one launch", rows));
   plan.grid = static_cast<uint32_t>(blocks);
   plan.threads = static_cast<uint32_t>(128 * codegen::kRmsNormRowsPerBlock);
-  plan.push_pointer(data_address(a.x));
-  plan.push_pointer(a.weight ? data_address(*a.weight) : 0);
-  plan.push_pointer(modulated ? data_address(*a.shift) : 0);
-  plan.push_pointer(modulated ? data_address(*a.scale) : 0);
-  plan.push_pointer(modulated ? data_address(*a.index) : 0);
-  plan.push_pointer(data_address(a.out));
-  plan.push_pointer(a.rstd ? data_address(*a.rstd) : 0);
+  plan.push(data_address(a.x));
+  plan.push(a.weight ? data_address(*a.weight) : 0);
+  plan.push(modulated ? data_address(*a.shift) : 0);
+  plan.push(modulated ? data_address(*a.scale) : 0);
+  plan.push(modulated ? data_address(*a.index) : 0);
+  plan.push(data_address(a.out));
+  plan.push(a.rstd ? data_address(*a.rstd) : 0);
   plan.push(static_cast<uint64_t>(rows));
   plan.push(static_cast<uint64_t>(seq));
   plan.push(static_cast<uint64_t>(table_rows));

@@ -72,6 +72,17 @@ llvm::Error require_cuda(ArgName name, const DLTensor& t) {
   return llvm::Error::success();
 }
 
+llvm::Error require_cuda_on_one_device(std::string_view op, llvm::ArrayRef<NamedTensor> tensors) {
+  for (const NamedTensor& t : tensors)
+    if (auto err = require_cuda({op, t.name}, *t.tensor)) return err;
+  const NamedTensor& first = tensors.front();
+  for (const NamedTensor& t : tensors)
+    if (t.tensor->device.device_id != first.tensor->device.device_id)
+      return invalid({op, t.name}, fmt::format("is on CUDA device {} but {} is on device {}", t.tensor->device.device_id,
+                                               first.name, first.tensor->device.device_id));
+  return llvm::Error::success();
+}
+
 llvm::Expected<DType> float_dtype(ArgName name, const DLTensor& t) {
   if (t.dtype.lanes == 1) {
     if (t.dtype.code == kDLFloat && t.dtype.bits == 32) return DType::F32;

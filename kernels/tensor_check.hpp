@@ -6,6 +6,7 @@
 #include "codegen/kernel_spec.hpp"
 
 #include <dlpack/dlpack.h>
+#include <llvm/ADT/ArrayRef.h>
 #include <llvm/Support/Error.h>
 
 #include <cstdint>
@@ -37,6 +38,14 @@ inline int64_t stride_of(const DLTensor& t, int dim) {
 
 /// A CUDA tensor (kDLCUDA) with a non-null pointer aligned to its element size.
 llvm::Error require_cuda(ArgName name, const DLTensor& t);
+struct NamedTensor {
+  std::string_view name;
+  const DLTensor* tensor;
+};
+
+/// require_cuda for every tensor, and all on the first one's device.
+llvm::Error require_cuda_on_one_device(std::string_view op, llvm::ArrayRef<NamedTensor> tensors);
+
 /// The storage dtype of a floating-point tensor (bf16, fp16, fp32, one lane).
 llvm::Expected<DType> float_dtype(ArgName name, const DLTensor& t);
 /// The index type of an int32/int64 tensor.

@@ -19,14 +19,11 @@ KernelSpec timestep_sinusoid_spec(int64_t channels) {
 }
 
 llvm::Expected<LaunchPlan> plan_timestep_sinusoid(const TimestepSinusoidArgs& a) {
-  for (const auto& [name, tensor] : {std::pair{"t", &a.t}, std::pair{"out", &a.out}}) {
-    if (auto err = require_cuda(arg(name), *tensor)) return err;
-    if (tensor->dtype.code != kDLFloat || tensor->dtype.bits != 32 || tensor->dtype.lanes != 1)
-      return invalid(arg(name), "must be float32 (cast timesteps with .float(), as diffusers does)");
-  }
-  if (a.out.device.device_id != a.t.device.device_id)
-    return invalid(arg("out"), fmt::format("is on CUDA device {} but t is on device {}", a.out.device.device_id,
-                                           a.t.device.device_id));
+  const NamedTensor tensors[] = {{"t", &a.t}, {"out", &a.out}};
+  if (auto err = require_cuda_on_one_device(kOp, tensors)) return err;
+  for (const NamedTensor& t : tensors)
+    if (t.tensor->dtype.code != kDLFloat || t.tensor->dtype.bits != 32 || t.tensor->dtype.lanes != 1)
+      return invalid(arg(t.name), "must be float32 (cast timesteps with .float(), as diffusers does)");
   if (a.t.ndim != 1) return invalid(arg("t"), fmt::format("must be 1-D (T,) (got {})", shape_string(a.t)));
   if (!is_contiguous(a.t)) return invalid(arg("t"), "must be contiguous");
   const int64_t timesteps = a.t.shape[0];
@@ -50,8 +47,8 @@ llvm::Expected<LaunchPlan> plan_timestep_sinusoid(const TimestepSinusoidArgs& a)
   if (blocks > INT_MAX) return invalid(arg("t"), fmt::format("has too many timesteps ({})", timesteps));
   plan.grid = static_cast<uint32_t>(blocks);
   plan.threads = 128;
-  plan.push_pointer(data_address(a.t));
-  plan.push_pointer(data_address(a.out));
+  plan.push(data_address(a.t));
+  plan.push(data_address(a.out));
   plan.push(static_cast<uint64_t>(timesteps));
   // As PyTorch evaluates diffusers' Python scalars: -math.log(max_period) rounded to float, and a
   // tensor divided by a scalar as a multiply by the float reciprocal of the float scalar.

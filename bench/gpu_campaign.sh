@@ -29,8 +29,9 @@ step sanitizer sanitizer.log compute-sanitizer --tool memcheck --error-exitcode 
   --gtest_filter='Gpu.BadIndex*:Gpu.GateResidualOther*'
 [ "${SKIP_SELFTEST:-0}" = 1 ] || step selftest selftest.log ./.carry/exactjit selftest  # also inside the GPU tests
 if [ "${TUNE:-0}" = 1 ]; then
-  step tune tune.log ./.carry/tune_rms_norm 131072 30
-  cat "$LOGS/tune.log"
+  step tune-rms-norm tune_rms_norm.log ./.carry/tune_rms_norm 131072 30
+  step tune-gate tune_gate_residual.log ./.carry/tune_gate_residual 131072 30
+  cat "$LOGS/tune_rms_norm.log" "$LOGS/tune_gate_residual.log"
 fi
 step parity parity.log python3 tests/gpu/parity_torch.py --report "$OUT/parity.md" --json "$OUT/parity.json"
 step bench bench.log python3 bench/bench_forward.py --dtypes bf16,fp16,fp32 --report "$OUT/bench.md" --json "$OUT/bench.json"

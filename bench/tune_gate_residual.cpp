@@ -28,7 +28,8 @@ struct Variant {
   int threads_per_row;
   int rows_per_block;
   int unroll;
-  bool hints = true;  // streaming load/store hints as generated
+  bool load_hint = false;   // ld.global.nc.L1::no_allocate for every load (generated: none)
+  bool store_hint = false;  // st.global.cs for every store (generated: none)
 };
 
 }  // namespace
@@ -69,7 +70,9 @@ int main(int argc, char** argv) {
   const std::vector<Variant> variants = {
       {"generated (224x1, unroll 3)", 224, 1, 3},
       {"224 threads, unroll 1", 224, 1, 1},
-      {"no cache hints", 224, 1, 3, false},
+      {"L1::no_allocate loads", 224, 1, 3, true, false},
+      {".cs stores", 224, 1, 3, false, true},
+      {"both hints (de27e39)", 224, 1, 3, true, true},
       {"2 rows/block (448)", 224, 2, 3},
       {"4 rows/block (896)", 224, 4, 3},
       {"112/row, 2 rows, unroll 3", 112, 2, 3},
@@ -83,10 +86,8 @@ int main(int argc, char** argv) {
     tune::replace_all(source.text, "constexpr int kThreadsPerRow = 224;", fmt::format("constexpr int kThreadsPerRow = {};", v.threads_per_row));
     tune::replace_all(source.text, "constexpr int kRowsPerBlock = 1;", fmt::format("constexpr int kRowsPerBlock = {};", v.rows_per_block));
     tune::replace_all(source.text, "constexpr int kUnroll = 3;", fmt::format("constexpr int kUnroll = {};", v.unroll));
-    if (!v.hints) {
-      tune::replace_all(source.text, "ld.global.nc.L1::no_allocate.v4.u32", "ld.global.nc.v4.u32");
-      tune::replace_all(source.text, "st.global.cs.v4.u32", "st.global.v4.u32");
-    }
+    if (v.load_hint) tune::replace_all(source.text, "ld.global.nc.v4.u32", "ld.global.nc.L1::no_allocate.v4.u32");
+    if (v.store_hint) tune::replace_all(source.text, "st.global.v4.u32", "st.global.cs.v4.u32");
     const CompileOutput compiled = die_on(nvrtc.compile(source));
     CUmodule module;
     CUfunction function;

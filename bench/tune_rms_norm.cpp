@@ -1,5 +1,5 @@
-// exactjit tuning bench for rms_norm: times launch-geometry and register-budget variants of the
-// generated kernel (bf16, H = 5376; plain and block-modulated) with CUDA events, against a
+// exactjit tuning bench for rms_norm: times launch-geometry, parameter-load and register-budget variants of the
+// generated kernel (bf16, H = 5376; plain and block-modulated, with and without weight) with CUDA events, against a
 // device-to-device copy of the same bytes. Variants rewrite the generated constants and launch
 // bounds only, so each row's order of operations is the product's.
 //
@@ -28,7 +28,13 @@ using tune::die_on;
 struct Variant {
   std::string name;
   int rows_per_block;
-  int min_blocks;  // second __launch_bounds__ argument; 0 = none (as generated)
+  int param_loads;  // kParamLoads: 0 after the barrier, 1 L1 prefetch, 2 registers
+  int min_blocks;   // second __launch_bounds__ argument; 0 = none (as generated)
+};
+
+struct Form {
+  std::string name;
+  bool modulated, weighted;
 };
 
 }  // namespace
@@ -52,6 +58,7 @@ int main(int argc, char** argv) {
     out.push_back(filled(act_bytes));
   }
   DeviceBuffer table = filled(static_cast<size_t>(table_rows * stride * 2));
+  DeviceBuffer weight = filled(static_cast<size_t>(hidden * 2));
   DeviceBuffer d_index = tune::index_buffer(cu, ctx, rows, table_rows, 5);
   DeviceBuffer errors = tune::error_record(cu, ctx);
 
@@ -63,18 +70,27 @@ int main(int argc, char** argv) {
              hidden, copy_ms, copy_gbs, bytes / 1e9, bytes / copy_gbs / 1e6);
 
   const std::vector<Variant> variants = {
-      {"generated (2 rows/block)", 2, 0}, {"1 row/block", 1, 0},         {"4 rows/block", 4, 0},
-      {"2 rows, min 6 blocks/SM", 2, 6},  {"2 rows, min 8 blocks/SM", 2, 8}, {"4 rows, min 4 blocks/SM", 4, 4},
+      {"1 row, params after barrier", 1, 0, 0},  {"1 row, params to L1 early", 1, 1, 0},
+      {"1 row, params to regs early", 1, 2, 0},  {"1 row, regs early, min 8/SM", 1, 2, 8},
+      {"1 row, regs early, min 6/SM", 1, 2, 6},  {"2 rows, params after barrier", 2, 0, 0},
+      {"2 rows, params to L1 early", 2, 1, 0},   {"2 rows, params to regs early", 2, 2, 0},
   };
-  fmt::print("{:<8} {:<28} {:>9} {:>9} {:>8}\n", "form", "variant", "ms", "GB/s", "% copy");
-  for (const int64_t table_stride : {int64_t{0}, stride}) {
-    const KernelSpec spec = rms_norm_spec(DType::BF16, IndexType::I64, hidden, table_stride, false);
+  const std::vector<Form> forms = {
+      {"plain", false, false}, {"plain+w", false, true}, {"mod 6H", true, false}, {"mod+w", true, true}};
+  fmt::print("generated: {} row(s)/block, kParamLoads = {}\n", codegen::kRmsNormRowsPerBlock,
+             codegen::kRmsNormParamLoads);
+  fmt::print("{:<8} {:<30} {:>9} {:>9} {:>8}\n", "form", "variant", "ms", "GB/s", "% copy");
+  for (const Form& form : forms) {
+    const int64_t table_stride = form.modulated ? stride : 0;
+    const KernelSpec spec = rms_norm_spec(DType::BF16, IndexType::I64, hidden, table_stride, form.weighted);
     KernelSpec targeted = spec;
     targeted.target = Target{90, false};
     for (const Variant& v : variants) {
       KernelSource source = codegen::render(targeted);
       tune::replace_all(source.text, fmt::format("constexpr int kRowsPerBlock = {};", codegen::kRmsNormRowsPerBlock),
               fmt::format("constexpr int kRowsPerBlock = {};", v.rows_per_block));
+      tune::replace_all(source.text, fmt::format("constexpr int kParamLoads = {};", codegen::kRmsNormParamLoads),
+                        fmt::format("constexpr int kParamLoads = {};", v.param_loads));
       if (v.min_blocks)
         tune::replace_all(source.text, "__launch_bounds__(rms_norm::kThreads)",
                 fmt::format("__launch_bounds__(rms_norm::kThreads, {})", v.min_blocks));
@@ -84,12 +100,12 @@ int main(int argc, char** argv) {
       die_on(cu.check(cu.cuModuleLoadData(&module, compiled.image.data()), "cuModuleLoadData"));
       die_on(cu.check(cu.cuModuleGetFunction(&function, module, source.entry.c_str()), "cuModuleGetFunction"));
       const unsigned grid = static_cast<unsigned>((rows + v.rows_per_block - 1) / v.rows_per_block);
-      const bool modulated = table_stride > 0;
+      const bool modulated = form.modulated;
       const float ms = timer.median_ms([&](int s) {
         const float eps = 1e-5f;
         uint32_t eps_bits;
         std::memcpy(&eps_bits, &eps, 4);
-        uint64_t params[12] = {x[s].address(), 0, modulated ? table.address() : 0,
+        uint64_t params[12] = {x[s].address(), form.weighted ? weight.address() : 0, modulated ? table.address() : 0,
                                modulated ? table.address() + hidden * 2 : 0, modulated ? d_index.address() : 0,
                                out[s].address(), 0, static_cast<uint64_t>(rows), static_cast<uint64_t>(rows),
                                static_cast<uint64_t>(table_rows), eps_bits, errors.address()};
@@ -99,7 +115,7 @@ int main(int argc, char** argv) {
                                           nullptr),
                         "launch"));
       });
-      fmt::print("{:<8} {:<28} {:>9.4f} {:>9.0f} {:>7.1f}%\n", modulated ? "mod 6H" : "plain", v.name, ms,
+      fmt::print("{:<8} {:<30} {:>9.4f} {:>9.0f} {:>7.1f}%\n", form.name, v.name, ms,
                  bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / copy_gbs);
       cu.cuModuleUnload(module);
     }

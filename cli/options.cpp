@@ -29,6 +29,8 @@ cl::opt<std::string> index_type_flag("index-type", cl::desc("inspect: int64 | in
                                      cl::cat(category));
 cl::opt<int> vec_flag("vec", cl::desc("inspect: elements per access, 1 or the 16-byte width (default: widest)"),
                       cl::value_desc("N"), cl::init(0), cl::sub(inspect_command), cl::cat(category));
+cl::opt<bool> unweighted_flag("unweighted", cl::desc("inspect: rms_norm without a weight (default: weighted)"),
+                              cl::sub(inspect_command), cl::cat(category));
 cl::opt<long long> channels_flag("channels", cl::desc("timestep_sinusoid: channels C (default 256)"),
                                  cl::value_desc("C"), cl::init(0), XJ_SPEC_SUBS, cl::cat(category));
 #undef XJ_SPEC_SUBS

@@ -23,6 +23,7 @@ extern llvm::cl::opt<long long> table_stride_flag;
 extern llvm::cl::opt<std::string> arch_flag;
 extern llvm::cl::opt<std::string> index_type_flag;  // inspect: one spec
 extern llvm::cl::opt<int> vec_flag;                 // inspect: one spec
+extern llvm::cl::opt<bool> unweighted_flag;         // inspect: one spec
 extern llvm::cl::opt<long long> channels_flag;      // timestep_sinusoid
 
 // prewarm

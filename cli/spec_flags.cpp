@@ -149,8 +149,8 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
   const std::optional<IndexType> index = parse_index_type(index_type_flag);
   if (!index) return usage(fmt::format("bad --index-type '{}' (int64 or int32)", index_type_flag.getValue()));
   for (const KernelSpec& spec : *family) {
-    if (spec.index != *index) continue;
-    if (vec_flag == 0 || spec.vec == vec_flag) return std::vector<KernelSpec>{spec};  // widest / weighted first
+    if (spec.index != *index || (spec.op == Op::RmsNorm && spec.weighted == unweighted_flag)) continue;
+    if (vec_flag == 0 || spec.vec == vec_flag) return std::vector<KernelSpec>{spec};  // widest first
   }
   return usage(fmt::format("no {} spec with --vec {} (1, or 16 bytes' worth when H and the stride allow it)",
                            request.op, vec_flag.getValue()));

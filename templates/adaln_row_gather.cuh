@@ -54,7 +54,7 @@ XJ_ENTRY(const adaln_row_gather::T* __restrict__ rows, const adaln_row_gather::I
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int p = lane + (first + u) * spec::kThreadsPerRow;
-      if (kPacksPerRow % spec::kThreadsPerRow == 0 || p < kPacksPerRow) xj::load_shared_row(packs[u], source + p * spec::kVec);
+      if (kPacksPerRow % spec::kThreadsPerRow == 0 || p < kPacksPerRow) xj::load_pack(packs[u], source + p * spec::kVec);
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
@@ -62,7 +62,7 @@ XJ_ENTRY(const adaln_row_gather::T* __restrict__ rows, const adaln_row_gather::I
       if (kPacksPerRow % spec::kThreadsPerRow == 0 || p < kPacksPerRow) {
         const int chunk = p / kPacksPerChunk;
         const int column = (p - chunk * kPacksPerChunk) * spec::kVec;
-        xj::store_streamed(out + ((long long)chunk * seq + position) * spec::kHidden + column, packs[u]);
+        xj::store_pack(out + ((long long)chunk * seq + position) * spec::kHidden + column, packs[u]);
       }
     }
   }

@@ -59,16 +59,16 @@ XJ_ENTRY(const gate_residual::T* __restrict__ residual, const gate_residual::T* 
     for (int u = 0; u < kBatch; ++u) {
       const int col = (lane + (first + u) * spec::kThreadsPerRow) * spec::kVec;
       if (kPacksPerRow % spec::kThreadsPerRow == 0 || col < spec::kHidden) {
-        xj::load_streamed(r[u], residual + base + col);
-        xj::load_streamed(yv[u], y + base + col);
-        xj::load_shared_row(g[u], gate_row + col);
+        xj::load_pack(r[u], residual + base + col);
+        xj::load_pack(yv[u], y + base + col);
+        xj::load_pack(g[u], gate_row + col);
       }
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int col = (lane + (first + u) * spec::kThreadsPerRow) * spec::kVec;
       if (kPacksPerRow % spec::kThreadsPerRow == 0 || col < spec::kHidden) {
-        xj::store_streamed(out + base + col, combine(r[u], g[u], yv[u]));
+        xj::store_pack(out + base + col, combine(r[u], g[u], yv[u]));
       }
     }
   }

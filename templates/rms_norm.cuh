@@ -10,6 +10,9 @@
 // Geometry: each row has its own 128 threads (kRowsPerBlock rows per block) and stays in
 // registers between the reduction and the output (one read of x). Every thread reaches the
 // barrier, including those of rows past the end or with a bad index, which only skip stores.
+// The per-element parameters (weight, shift, scale; L1/L2 hits) are read as kParamLoads says:
+// 0 after the barrier, next to each store; 1 prefetched into L1 before the barrier; 2 loaded
+// into registers before the barrier, so their latency overlaps the reduction.
 namespace rms_norm {
 
 typedef xj::StorageOf<spec::kDType>::type T;
@@ -34,6 +37,15 @@ __device__ __forceinline__ void load_quad(Quad& q, const T* src) {
     asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(q.w[0]), "=r"(q.w[1]), "=r"(q.w[2]), "=r"(q.w[3]) : "l"(src));
   } else {
     asm("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(q.w[0]), "=r"(q.w[1]) : "l"(src));
+  }
+}
+
+// A parameter read ahead of the barrier: into L1 only (mode 1) or into registers (mode 2).
+__device__ __forceinline__ void load_param(Quad& q, const T* src) {
+  if constexpr (spec::kParamLoads == 1) {
+    asm volatile("prefetch.global.L1 [%0];" :: "l"(src));
+  } else {
+    load_quad(q, src);
   }
 }
 
@@ -74,13 +86,22 @@ XJ_ENTRY(const rms_norm::T* __restrict__ x, const rms_norm::T* __restrict__ weig
 
   // 1. One read of the row into registers, then the sum of squares in PyTorch's order.
   const T* x_row = x + row * spec::kHidden;
-  Quad quads[kQuadsPerThread];
+  const T* shift_row = shift + i * spec::kTableStride;
+  const T* scale_row = scale + i * spec::kTableStride;
+  Quad quads[kQuadsPerThread], wq[kQuadsPerThread], shq[kQuadsPerThread], scq[kQuadsPerThread];
   float s = 0.0f;
 #pragma unroll
   for (int k = 0; k < kQuadsPerThread; ++k) {
     const int v = t + k * kRowThreads;
     if (live && (kQuads % kRowThreads == 0 || v < kQuads)) {
       load_quad(quads[k], x_row + 4 * v);
+      if (spec::kParamLoads > 0) {
+        if (spec::kWeighted) load_param(wq[k], weight + 4 * v);
+        if (spec::kModulated) {
+          load_param(shq[k], shift_row + 4 * v);
+          load_param(scq[k], scale_row + 4 * v);
+        }
+      }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float xv = xj::to_float(quads[k].v[e]);
@@ -103,28 +124,27 @@ XJ_ENTRY(const rms_norm::T* __restrict__ x, const rms_norm::T* __restrict__ weig
 
   // 5. Normalise (and modulate) from the registers.
   T* out_row = out + row * spec::kHidden;
-  const T* shift_row = shift + i * spec::kTableStride;
-  const T* scale_row = scale + i * spec::kTableStride;
 #pragma unroll
   for (int k = 0; k < kQuadsPerThread; ++k) {
     const int v = t + k * kRowThreads;
     if (kQuads % kRowThreads == 0 || v < kQuads) {
       Quad result;
-      Quad wq, shq, scq;
-      if (spec::kWeighted) load_quad(wq, weight + 4 * v);
-      if (spec::kModulated) {
-        load_quad(shq, shift_row + 4 * v);
-        load_quad(scq, scale_row + 4 * v);
+      if (spec::kParamLoads != 2) {
+        if (spec::kWeighted) load_quad(wq[k], weight + 4 * v);
+        if (spec::kModulated) {
+          load_quad(shq[k], shift_row + 4 * v);
+          load_quad(scq[k], scale_row + 4 * v);
+        }
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float n = xj::mul(rstd, xj::to_float(quads[k].v[e]));
-        if (spec::kWeighted) n = xj::mul(xj::to_float(wq.v[e]), n);
+        if (spec::kWeighted) n = xj::mul(xj::to_float(wq[k].v[e]), n);
         T rounded = xj::round_to<T>(n);
         if (spec::kModulated) {
-          const float one_plus_scale = xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(scq.v[e]))));
+          const float one_plus_scale = xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(scq[k].v[e]))));
           const float scaled = xj::to_float(xj::round_to<T>(xj::mul(xj::to_float(rounded), one_plus_scale)));
-          rounded = xj::round_to<T>(xj::add(scaled, xj::to_float(shq.v[e])));
+          rounded = xj::round_to<T>(xj::add(scaled, xj::to_float(shq[k].v[e])));
         }
         result.v[e] = rounded;
       }

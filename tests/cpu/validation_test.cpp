@@ -2,6 +2,7 @@
 // the argument and the rule; valid calls get the right spec (vector width from alignment, table
 // stride from the view, index type) and geometry. Planning touches no memory, so fake device
 // addresses suffice.
+#include "codegen/render.hpp"
 #include "kernels/adaln_row_gather.hpp"
 #include "kernels/gate_residual.hpp"
 #include "kernels/rms_norm.hpp"
@@ -237,8 +238,8 @@ TEST(RmsNormValidation, AcceptsPlainAndModulatedCalls) {
   EXPECT_EQ(plan->spec.op, Op::RmsNorm);
   EXPECT_EQ(plan->spec.table_stride, 6 * H);
   EXPECT_FALSE(plan->spec.weighted);
-  EXPECT_EQ(plan->grid, 7u);  // 14 rows, two per block
-  EXPECT_EQ(plan->threads, 256u);
+  EXPECT_EQ(plan->grid, static_cast<uint32_t>((14 + codegen::kRmsNormRowsPerBlock - 1) / codegen::kRmsNormRowsPerBlock));
+  EXPECT_EQ(plan->threads, static_cast<uint32_t>(128 * codegen::kRmsNormRowsPerBlock));  // 128 threads per row
   float eps = 0;
   std::memcpy(&eps, &plan->params[10], sizeof eps);
   EXPECT_EQ(eps, 1e-5f);

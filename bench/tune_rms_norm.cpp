@@ -1,7 +1,7 @@
-// exactjit tuning bench for rms_norm: times launch-geometry, parameter-load and register-budget variants of the
-// generated kernel (bf16, H = 5376; plain and block-modulated, with and without weight) with CUDA events, against a
-// device-to-device copy of the same bytes. Variants rewrite the generated constants and launch
-// bounds only, so each row's order of operations is the product's.
+// exactjit tuning bench for rms_norm: times rows-per-block, parameter-prefetch and cache-qualifier
+// variants of the generated kernel (bf16, H = 5376; plain and block-modulated, with and without
+// weight) with CUDA events, against a device-to-device copy of the same bytes. Variants rewrite
+// generated constants and load qualifiers only, so each row's order of operations is the product's.
 //
 //   tune_rms_norm [S=131072] [reps=30]
 #include "codegen/render.hpp"
@@ -23,13 +23,16 @@
 namespace {
 
 using namespace exactjit;
+
+const std::string kXLoad = "ld.global.nc.L1::no_allocate.v2.u32", kParamLoad = "ld.global.nc.L1::evict_last.v2.u32";
 using tune::die_on;
 
 struct Variant {
   std::string name;
-  int rows_per_block;
-  int param_loads;  // kParamLoads: 0 after the barrier, 1 L1 prefetch, 2 registers
-  int min_blocks;   // second __launch_bounds__ argument; 0 = none (as generated)
+  int rows_per_block = codegen::kRmsNormRowsPerBlock;
+  int param_loads = codegen::kRmsNormParamLoads;  // kParamLoads: 1 = L1 prefetch before the barrier
+  std::string x_load = kXLoad;                     // cache qualifiers of the x loads
+  std::string param_load = kParamLoad;             // ... and of the weight/shift/scale loads
 };
 
 struct Form {
@@ -69,12 +72,14 @@ int main(int argc, char** argv) {
   fmt::print("S={} H={} bf16: copy {:.3f} ms = {:.0f} GB/s; rms_norm bytes {:.3f} GB, floor {:.3f} ms\n", rows,
              hidden, copy_ms, copy_gbs, bytes / 1e9, bytes / copy_gbs / 1e6);
 
-  const std::vector<Variant> variants = {
-      {"1 row, params after barrier", 1, 0, 0},  {"1 row, params to L1 early", 1, 1, 0},
-      {"1 row, params to regs early", 1, 2, 0},  {"1 row, regs early, min 8/SM", 1, 2, 8},
-      {"1 row, regs early, min 6/SM", 1, 2, 6},  {"2 rows, params after barrier", 2, 0, 0},
-      {"2 rows, params to L1 early", 2, 1, 0},   {"2 rows, params to regs early", 2, 2, 0},
-  };
+  const std::string plain_load = "ld.global.nc.v2.u32";
+  const std::vector<Variant> variants = {{"generated"},
+                                   {"x without hint", 1, 0, plain_load},
+                                   {"x L1::evict_first", 1, 0, "ld.global.nc.L1::evict_first.v2.u32"},
+                                   {"params without hint", 1, 0, kXLoad, plain_load},
+                                   {"no hints (2fceee9)", 1, 0, plain_load, plain_load},
+                                   {"params prefetched to L1", 1, 1},
+                                   {"2 rows/block", 2, 0}};
   const std::vector<Form> forms = {
       {"plain", false, false}, {"plain+w", false, true}, {"mod 6H", true, false}, {"mod+w", true, true}};
   fmt::print("generated: {} row(s)/block, kParamLoads = {}\n", codegen::kRmsNormRowsPerBlock,
@@ -91,9 +96,11 @@ int main(int argc, char** argv) {
               fmt::format("constexpr int kRowsPerBlock = {};", v.rows_per_block));
       tune::replace_all(source.text, fmt::format("constexpr int kParamLoads = {};", codegen::kRmsNormParamLoads),
                         fmt::format("constexpr int kParamLoads = {};", v.param_loads));
-      if (v.min_blocks)
-        tune::replace_all(source.text, "__launch_bounds__(rms_norm::kThreads)",
-                fmt::format("__launch_bounds__(rms_norm::kThreads, {})", v.min_blocks));
+      // Placeholders first, so the x and parameter qualifiers can be swapped independently.
+      tune::replace_all(source.text, kXLoad, "@X@");
+      tune::replace_all(source.text, kParamLoad, "@P@");
+      tune::replace_all(source.text, "@X@", v.x_load);
+      tune::replace_all(source.text, "@P@", v.param_load);
       const CompileOutput compiled = die_on(nvrtc.compile(source));
       CUmodule module;
       CUfunction function;

@@ -24,7 +24,7 @@ std::string render_row_constants(const KernelSpec& spec);
 /// rms_norm: rows per block (each row has 128 threads), how the per-element parameters are read
 /// (templates/rms_norm.cuh; measured in bench/tune_rms_norm) and its constant block.
 inline constexpr int kRmsNormRowsPerBlock = 1;
-inline constexpr int kRmsNormParamLoads = 2;
+inline constexpr int kRmsNormParamLoads = 0;
 std::string render_rms_norm_constants(const KernelSpec& spec);
 
 /// timestep_sinusoid: the channel count is its only specialisation.

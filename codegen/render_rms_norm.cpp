@@ -16,7 +16,7 @@ std::string render_rms_norm_constants(const KernelSpec& spec) {
       "constexpr long long kTableStride = {table_stride};\n"
       "constexpr bool kWeighted = {weighted};\n"
       "constexpr int kRowsPerBlock = {rows_per_block};  // 128 threads per row\n"
-      "constexpr int kParamLoads = {param_loads};  // weight/shift/scale: 0 after the barrier, 1 L1 prefetch, 2 registers\n"
+      "constexpr int kParamLoads = {param_loads};  // weight/shift/scale: 1 = also prefetched to L1 before the barrier\n"
       "constexpr int kTargetArch = {arch};\n",
       fmt::arg("op_code", static_cast<int>(spec.op) + 1), fmt::arg("dtype", static_cast<int>(spec.dtype)),
       fmt::arg("dtype_name", dtype_name(spec.dtype)), fmt::arg("index_bytes", spec.index == IndexType::I32 ? 4 : 8),

@@ -160,6 +160,10 @@ def bitwise_equal(a, b):
 
 
 def git_commit():
+    """EXACTJIT_COMMIT (the campaign sets it to the commit the carried binaries were built from),
+    else the checkout's."""
+    if os.environ.get("EXACTJIT_COMMIT"):
+        return os.environ["EXACTJIT_COMMIT"]
     try:
         out = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty"],
                              capture_output=True, text=True, timeout=10)

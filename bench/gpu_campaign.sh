@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/out}"
 LOGS="$OUT/logs"
 mkdir -p "$LOGS"
-export PYTHONUNBUFFERED=1 EXACTJIT_CACHE_DIR=/tmp/xj-cache EXACTJIT_LIBRARY="$PWD/.carry/libexactjit.so"
+export PYTHONUNBUFFERED=1 EXACTJIT_CACHE_DIR=/tmp/xj-cache EXACTJIT_LIBRARY="$PWD/.carry/libexactjit.so" \
+  EXACTJIT_COMMIT="$(cat .carry/commit)"
 summary=()
 step() {  # step NAME LOG COMMAND...
   local name=$1 log=$2

@@ -1,7 +1,7 @@
-// exactjit tuning bench for rms_norm: times rows-per-block, parameter-prefetch and cache-qualifier
-// variants of the generated kernel (bf16, H = 5376; plain and block-modulated, with and without
-// weight) with CUDA events, against a device-to-device copy of the same bytes. Variants rewrite
-// generated constants and load qualifiers only, so each row's order of operations is the product's.
+// exactjit tuning bench for rms_norm: times rows-per-block and parameter-batch variants of the
+// generated kernel (bf16, H = 5376; plain and block-modulated, with and without weight) with CUDA
+// events, against a device-to-device copy of the same bytes. Variants rewrite
+// generated constants only, so each row's order of operations is the product's.
 //
 //   tune_rms_norm [S=131072] [reps=30]
 #include "codegen/render.hpp"
@@ -24,15 +24,12 @@ namespace {
 
 using namespace exactjit;
 
-const std::string kXLoad = "ld.global.nc.L1::no_allocate.v2.u32", kParamLoad = "ld.global.nc.L1::evict_last.v2.u32";
 using tune::die_on;
 
 struct Variant {
   std::string name;
   int rows_per_block = codegen::kRmsNormRowsPerBlock;
-  int param_loads = codegen::kRmsNormParamLoads;  // kParamLoads: 1 = L1 prefetch before the barrier
-  std::string x_load = kXLoad;                     // cache qualifiers of the x loads
-  std::string param_load = kParamLoad;             // ... and of the weight/shift/scale loads
+  int param_batch = codegen::kRmsNormParamBatch;  // kParamBatch: parameter quads loaded together
 };
 
 struct Form {
@@ -72,18 +69,14 @@ int main(int argc, char** argv) {
   fmt::print("S={} H={} bf16: copy {:.3f} ms = {:.0f} GB/s; rms_norm bytes {:.3f} GB, floor {:.3f} ms\n", rows,
              hidden, copy_ms, copy_gbs, bytes / 1e9, bytes / copy_gbs / 1e6);
 
-  const std::string plain_load = "ld.global.nc.v2.u32";
-  const std::vector<Variant> variants = {{"generated"},
-                                   {"x without hint", 1, 0, plain_load},
-                                   {"x L1::evict_first", 1, 0, "ld.global.nc.L1::evict_first.v2.u32"},
-                                   {"params without hint", 1, 0, kXLoad, plain_load},
-                                   {"no hints (2fceee9)", 1, 0, plain_load, plain_load},
-                                   {"params prefetched to L1", 1, 1},
-                                   {"2 rows/block", 2, 0}};
+  const std::vector<Variant> variants = {{"parameter batch 1", 1, 1},  {"parameter batch 2", 1, 2},
+                                         {"parameter batch 3", 1, 3},  {"parameter batch 4", 1, 4},
+                                         {"parameter batch 6", 1, 6},  {"parameter batch 11 (all)", 1, 11},
+                                         {"2 rows/block, batch 1", 2, 1}, {"2 rows/block, batch 4", 2, 4}};
   const std::vector<Form> forms = {
       {"plain", false, false}, {"plain+w", false, true}, {"mod 6H", true, false}, {"mod+w", true, true}};
-  fmt::print("generated: {} row(s)/block, kParamLoads = {}\n", codegen::kRmsNormRowsPerBlock,
-             codegen::kRmsNormParamLoads);
+  fmt::print("generated: {} row(s)/block, kParamBatch = {}\n", codegen::kRmsNormRowsPerBlock,
+             codegen::kRmsNormParamBatch);
   fmt::print("{:<8} {:<30} {:>9} {:>9} {:>8}\n", "form", "variant", "ms", "GB/s", "% copy");
   for (const Form& form : forms) {
     const int64_t table_stride = form.modulated ? stride : 0;
@@ -94,13 +87,8 @@ int main(int argc, char** argv) {
       KernelSource source = codegen::render(targeted);
       tune::replace_all(source.text, fmt::format("constexpr int kRowsPerBlock = {};", codegen::kRmsNormRowsPerBlock),
               fmt::format("constexpr int kRowsPerBlock = {};", v.rows_per_block));
-      tune::replace_all(source.text, fmt::format("constexpr int kParamLoads = {};", codegen::kRmsNormParamLoads),
-                        fmt::format("constexpr int kParamLoads = {};", v.param_loads));
-      // Placeholders first, so the x and parameter qualifiers can be swapped independently.
-      tune::replace_all(source.text, kXLoad, "@X@");
-      tune::replace_all(source.text, kParamLoad, "@P@");
-      tune::replace_all(source.text, "@X@", v.x_load);
-      tune::replace_all(source.text, "@P@", v.param_load);
+      tune::replace_all(source.text, fmt::format("constexpr int kParamBatch = {};", codegen::kRmsNormParamBatch),
+                        fmt::format("constexpr int kParamBatch = {};", v.param_batch));
       const CompileOutput compiled = die_on(nvrtc.compile(source));
       CUmodule module;
       CUfunction function;

@@ -21,10 +21,10 @@ std::string entry_name(const KernelSpec& spec);
 /// The constant block of the row-wise ops (gate_residual, adaln_row_gather).
 std::string render_row_constants(const KernelSpec& spec);
 
-/// rms_norm: rows per block (each row has 128 threads), how the per-element parameters are read
+/// rms_norm: rows per block (each row has 128 threads), how many per-element parameter quads are loaded together
 /// (templates/rms_norm.cuh; measured in bench/tune_rms_norm) and its constant block.
 inline constexpr int kRmsNormRowsPerBlock = 1;
-inline constexpr int kRmsNormParamLoads = 0;
+inline constexpr int kRmsNormParamBatch = 1;
 std::string render_rms_norm_constants(const KernelSpec& spec);
 
 /// timestep_sinusoid: the channel count is its only specialisation.

@@ -16,14 +16,14 @@ std::string render_rms_norm_constants(const KernelSpec& spec) {
       "constexpr long long kTableStride = {table_stride};\n"
       "constexpr bool kWeighted = {weighted};\n"
       "constexpr int kRowsPerBlock = {rows_per_block};  // 128 threads per row\n"
-      "constexpr int kParamLoads = {param_loads};  // weight/shift/scale: 1 = also prefetched to L1 before the barrier\n"
+      "constexpr int kParamBatch = {param_batch};  // weight/shift/scale quads loaded together\n"
       "constexpr int kTargetArch = {arch};\n",
       fmt::arg("op_code", static_cast<int>(spec.op) + 1), fmt::arg("dtype", static_cast<int>(spec.dtype)),
       fmt::arg("dtype_name", dtype_name(spec.dtype)), fmt::arg("index_bytes", spec.index == IndexType::I32 ? 4 : 8),
       fmt::arg("index_name", index_type_name(spec.index)), fmt::arg("hidden", spec.hidden),
       fmt::arg("modulated", spec.table_stride > 0 ? "true" : "false"), fmt::arg("table_stride", spec.table_stride),
       fmt::arg("weighted", spec.weighted ? "true" : "false"), fmt::arg("rows_per_block", kRmsNormRowsPerBlock),
-      fmt::arg("param_loads", kRmsNormParamLoads),
+      fmt::arg("param_batch", kRmsNormParamBatch),
       fmt::arg("arch", spec.target.sm));
 }
 

@@ -11,8 +11,8 @@
 // registers between the reduction and the output (one read of x). Every thread reaches the
 // barrier, including those of rows past the end or with a bad index, which only skip stores.
 // The per-element parameters (weight, shift, scale; L1/L2 hits) are loaded after the barrier,
-// next to each store; with kParamLoads = 1 they are also prefetched into L1 before it.
-// (Loading them into registers before the barrier measured 1.6x slower: registers, occupancy.)
+// kParamBatch quads at a time. (Loading them into registers before the barrier measured 1.6x
+// slower: registers, occupancy.)
 namespace rms_norm {
 
 typedef xj::StorageOf<spec::kDType>::type T;
@@ -32,28 +32,14 @@ constexpr int kThreads = kRowThreads * spec::kRowsPerBlock;
 static_assert(spec::kHidden % 4 == 0, "PyTorch's vectorized RMSNorm path needs H % 4 == 0");
 static_assert(!spec::kModulated || spec::kTableStride >= spec::kHidden, "table rows must not overlap");
 
-// x is read once: L1::no_allocate keeps L1 for the parameter rows (weight, shift, scale), which
-// every row reads again, and which L1::evict_last keeps there (bench/tune_rms_norm).
-__device__ __forceinline__ void load_x(Quad& q, const T* src) {
+// Plain ld.global.nc: L1::no_allocate on x, L1::evict_last on the parameters and an L1
+// prefetch of the parameters before the barrier all measured slower (bench/tune_rms_norm).
+__device__ __forceinline__ void load_quad(Quad& q, const T* src) {
   if constexpr (sizeof(T) == 4) {
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(q.w[0]), "=r"(q.w[1]), "=r"(q.w[2]), "=r"(q.w[3]) : "l"(src));
+    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(q.w[0]), "=r"(q.w[1]), "=r"(q.w[2]), "=r"(q.w[3]) : "l"(src));
   } else {
-    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(q.w[0]), "=r"(q.w[1]) : "l"(src));
+    asm("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(q.w[0]), "=r"(q.w[1]) : "l"(src));
   }
-}
-
-__device__ __forceinline__ void load_param(Quad& q, const T* src) {
-  if constexpr (sizeof(T) == 4) {
-    asm("ld.global.nc.L1::evict_last.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(q.w[0]), "=r"(q.w[1]), "=r"(q.w[2]), "=r"(q.w[3]) : "l"(src));
-  } else {
-    asm("ld.global.nc.L1::evict_last.v2.u32 {%0, %1}, [%2];" : "=r"(q.w[0]), "=r"(q.w[1]) : "l"(src));
-  }
-}
-
-__device__ __forceinline__ void prefetch_param(const T* src) {
-  asm volatile("prefetch.global.L1 [%0];" :: "l"(src));
 }
 
 __device__ __forceinline__ void store_quad(T* dst, const Quad& q) {
@@ -101,14 +87,7 @@ XJ_ENTRY(const rms_norm::T* __restrict__ x, const rms_norm::T* __restrict__ weig
   for (int k = 0; k < kQuadsPerThread; ++k) {
     const int v = t + k * kRowThreads;
     if (live && (kQuads % kRowThreads == 0 || v < kQuads)) {
-      load_x(quads[k], x_row + 4 * v);
-      if (spec::kParamLoads == 1) {
-        if (spec::kWeighted) prefetch_param(weight + 4 * v);
-        if (spec::kModulated) {
-          prefetch_param(shift_row + 4 * v);
-          prefetch_param(scale_row + 4 * v);
-        }
-      }
+      load_quad(quads[k], x_row + 4 * v);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float xv = xj::to_float(quads[k].v[e]);
@@ -129,31 +108,43 @@ XJ_ENTRY(const rms_norm::T* __restrict__ x, const rms_norm::T* __restrict__ weig
   const float rstd = rsqrtf(xj::add(ms, eps));
   if (rstd_out && t == 0) rstd_out[row] = rstd;
 
-  // 5. Normalise (and modulate) from the registers.
+  // 5. Normalise (and modulate) from the registers, kParamBatch quads at a time: the batch's
+  //    parameter loads are issued together, then its outputs computed and stored.
   T* out_row = out + row * spec::kHidden;
 #pragma unroll
-  for (int k = 0; k < kQuadsPerThread; ++k) {
-    const int v = t + k * kRowThreads;
-    if (kQuads % kRowThreads == 0 || v < kQuads) {
-      Quad result, wq, shq, scq;
-      if (spec::kWeighted) load_param(wq, weight + 4 * v);
-      if (spec::kModulated) {
-        load_param(shq, shift_row + 4 * v);
-        load_param(scq, scale_row + 4 * v);
-      }
+  for (int k0 = 0; k0 < kQuadsPerThread; k0 += spec::kParamBatch) {
+    Quad wq[spec::kParamBatch], shq[spec::kParamBatch], scq[spec::kParamBatch];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float n = xj::mul(rstd, xj::to_float(quads[k].v[e]));
-        if (spec::kWeighted) n = xj::mul(xj::to_float(wq.v[e]), n);
-        T rounded = xj::round_to<T>(n);
+    for (int j = 0; j < spec::kParamBatch; ++j) {
+      const int v = t + (k0 + j) * kRowThreads;
+      if (k0 + j < kQuadsPerThread && (kQuads % kRowThreads == 0 || v < kQuads)) {
+        if (spec::kWeighted) load_quad(wq[j], weight + 4 * v);
         if (spec::kModulated) {
-          const float one_plus_scale = xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(scq.v[e]))));
-          const float scaled = xj::to_float(xj::round_to<T>(xj::mul(xj::to_float(rounded), one_plus_scale)));
-          rounded = xj::round_to<T>(xj::add(scaled, xj::to_float(shq.v[e])));
+          load_quad(shq[j], shift_row + 4 * v);
+          load_quad(scq[j], scale_row + 4 * v);
         }
-        result.v[e] = rounded;
       }
-      store_quad(out_row + 4 * v, result);
+    }
+#pragma unroll
+    for (int j = 0; j < spec::kParamBatch; ++j) {
+      const int k = k0 + j;
+      const int v = t + k * kRowThreads;
+      if (k < kQuadsPerThread && (kQuads % kRowThreads == 0 || v < kQuads)) {
+        Quad result;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float n = xj::mul(rstd, xj::to_float(quads[k].v[e]));
+          if (spec::kWeighted) n = xj::mul(xj::to_float(wq[j].v[e]), n);
+          T rounded = xj::round_to<T>(n);
+          if (spec::kModulated) {
+            const float one_plus_scale = xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(scq[j].v[e]))));
+            const float scaled = xj::to_float(xj::round_to<T>(xj::mul(xj::to_float(rounded), one_plus_scale)));
+            rounded = xj::round_to<T>(xj::add(scaled, xj::to_float(shq[j].v[e])));
+          }
+          result.v[e] = rounded;
+        }
+        store_quad(out_row + 4 * v, result);
+      }
     }
   }
 }

@@ -498,7 +498,8 @@ def main():
     sizes = [int(v) for v in args.sizes.split(",") if v]
 
     t0 = time.perf_counter()
-    meta = dict(torch=torch.__version__, hidden=args.hidden, sizes=sizes, seed=args.seed)
+    meta = dict(commit=os.environ.get("EXACTJIT_COMMIT", "unknown"), torch=torch.__version__, hidden=args.hidden,
+                sizes=sizes, seed=args.seed)
     try:
         import exactjit as xj
         meta.update(exactjit=xj.version(), library=xj.library_path())

@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
 
   const std::vector<Variant> variants = {{"parameter batch 1", 1, 1},  {"parameter batch 2", 1, 2},
                                          {"parameter batch 3", 1, 3},  {"parameter batch 4", 1, 4},
-                                         {"parameter batch 6", 1, 6},  {"parameter batch 11 (all)", 1, 11},
+                                         {"parameter batch 6", 1, 6},  {"parameter batch 12 (all)", 1, 12},
                                          {"2 rows/block, batch 1", 2, 1}, {"2 rows/block, batch 4", 2, 4}};
   const std::vector<Form> forms = {
       {"plain", false, false}, {"plain+w", false, true}, {"mod 6H", true, false}, {"mod+w", true, true}};

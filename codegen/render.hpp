@@ -24,7 +24,7 @@ std::string render_row_constants(const KernelSpec& spec);
 /// rms_norm: rows per block (each row has 128 threads), how many per-element parameter quads are loaded together
 /// (templates/rms_norm.cuh; measured in bench/tune_rms_norm) and its constant block.
 inline constexpr int kRmsNormRowsPerBlock = 1;
-inline constexpr int kRmsNormParamBatch = 1;
+inline constexpr int kRmsNormParamBatch = 12;
 std::string render_rms_norm_constants(const KernelSpec& spec);
 
 /// timestep_sinusoid: the channel count is its only specialisation.

@@ -70,6 +70,56 @@ XJ_API exactjit_status_t xj_timestep_sinusoid(xj_runtime* runtime, const DLTenso
                                               double downscale_freq_shift, double scale, int check_range,
                                               void* stream);
 
+/* Backward passes (NUMERICS.md; docs/backward.md): deterministic (bit-for-bit repeatable, no
+ * atomics in any floating-point sum), no host synchronisation, safe under CUDA graph capture.
+ * Sums over positions are segment sums: positions grouped by table row in ascending flattened
+ * order, tiles of 256 positions summed in order, each row's tiles folded in order, one rounding.
+ * A reducing backward takes a caller-provided workspace: a CUDA uint8 tensor (contiguous, on the
+ * tensors' device) of at least the bytes its *_workspace_bytes function returns (-1: the shapes
+ * are invalid). Any output pointer may be NULL: that gradient is not computed. */
+
+/* rows = M (all rows of y), seq = S, table_rows = R (gate rows), hidden = H. */
+XJ_API long long xj_gate_residual_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
+                                                          long long hidden);
+/* d_y = rT(grad * gate[i]) (bitwise equal to eager's VJP), like y; d_gate (R, H) contiguous in the
+ * gate dtype = segment sums of grad * y. d_residual is grad itself. */
+XJ_API exactjit_status_t xj_gate_residual_backward(xj_runtime* runtime, const DLTensor* grad,
+                                                   const DLTensor* gate, const DLTensor* index,
+                                                   const DLTensor* y, const DLTensor* d_y,
+                                                   const DLTensor* d_gate, const DLTensor* workspace,
+                                                   void* stream);
+
+/* table_rows = R of shift/scale (0 for the plain norm); weighted: the forward had a weight. */
+XJ_API long long xj_rms_norm_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
+                                                     long long hidden, int weighted);
+/* grad, x: like the forward's x; weight: the forward's or NULL; scale, index: the forward's (both
+ * or neither; the modulated form); rstd (M,) float32 saved by the forward. Outputs: dx like x;
+ * dweight (H,) in the weight's dtype; dshift, dscale (R, H) contiguous in the table's dtype. */
+XJ_API exactjit_status_t xj_rms_norm_backward(xj_runtime* runtime, const DLTensor* grad, const DLTensor* x,
+                                              const DLTensor* weight, const DLTensor* scale,
+                                              const DLTensor* index, const DLTensor* rstd,
+                                              const DLTensor* dx, const DLTensor* dweight,
+                                              const DLTensor* dshift, const DLTensor* dscale,
+                                              const DLTensor* workspace, void* stream);
+
+/* seq = S, table_rows = R = 3T rows of the forward's rows view, hidden = H. */
+XJ_API long long xj_adaln_row_gather_backward_workspace_bytes(long long seq, long long table_rows,
+                                                             long long hidden);
+/* grad (6, S, H) contiguous -> d_rows (R, 6H) contiguous, in the rows' dtype or float32: per
+ * table row the segment sum of the positions that gathered it. */
+XJ_API exactjit_status_t xj_adaln_row_gather_backward(xj_runtime* runtime, const DLTensor* grad,
+                                                      const DLTensor* timestep_indices,
+                                                      const DLTensor* token_tags, const DLTensor* d_rows,
+                                                      const DLTensor* workspace, void* stream);
+
+/* d_t (T,) float32 = sum over the C channels of grad (T, C) float32 times d out / d t, in a fixed
+ * order; the other arguments are the forward's. */
+XJ_API exactjit_status_t xj_timestep_sinusoid_backward(xj_runtime* runtime, const DLTensor* t,
+                                                       const DLTensor* grad, const DLTensor* d_t,
+                                                       double max_period, int flip_sin_to_cos,
+                                                       double downscale_freq_shift, double scale,
+                                                       void* stream);
+
 /* Waits for stream on device_id and reports a bad index found by a kernel since the last check. */
 XJ_API exactjit_status_t xj_synchronize(xj_runtime* runtime, int device_id, void* stream);
 

@@ -90,6 +90,62 @@ exactjit_status_t xj_timestep_sinusoid(xj_runtime* runtime, const DLTensor* t, c
                                                    scale, check_range != 0, stream));
 }
 
+long long xj_gate_residual_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
+                                                   long long hidden) {
+  return exactjit::gate_residual_backward_workspace_bytes(rows, seq, table_rows, hidden);
+}
+
+exactjit_status_t xj_gate_residual_backward(xj_runtime* runtime, const DLTensor* grad, const DLTensor* gate,
+                                            const DLTensor* index, const DLTensor* y, const DLTensor* d_y,
+                                            const DLTensor* d_gate, const DLTensor* workspace, void* stream) {
+  if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "gate_residual_backward: runtime must not be NULL");
+  if (!grad || !gate || !index || !y)
+    return fail(XJ_ERROR_INVALID_ARGUMENT, "gate_residual_backward: grad, gate, index and y must not be NULL");
+  return finish(runtime->runtime.gate_residual_backward(*grad, *gate, *index, *y, d_y, d_gate, workspace, stream));
+}
+
+long long xj_rms_norm_backward_workspace_bytes(long long rows, long long seq, long long table_rows, long long hidden,
+                                              int weighted) {
+  return exactjit::rms_norm_backward_workspace_bytes(rows, seq, table_rows, hidden, weighted != 0);
+}
+
+exactjit_status_t xj_rms_norm_backward(xj_runtime* runtime, const DLTensor* grad, const DLTensor* x,
+                                       const DLTensor* weight, const DLTensor* scale, const DLTensor* index,
+                                       const DLTensor* rstd, const DLTensor* dx, const DLTensor* dweight,
+                                       const DLTensor* dshift, const DLTensor* dscale, const DLTensor* workspace,
+                                       void* stream) {
+  if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "rms_norm_backward: runtime must not be NULL");
+  if (!grad || !x || !rstd)
+    return fail(XJ_ERROR_INVALID_ARGUMENT, "rms_norm_backward: grad, x and rstd must not be NULL");
+  return finish(runtime->runtime.rms_norm_backward(*grad, *x, weight, scale, index, *rstd, dx, dweight, dshift, dscale,
+                                                   workspace, stream));
+}
+
+long long xj_adaln_row_gather_backward_workspace_bytes(long long seq, long long table_rows, long long hidden) {
+  return exactjit::adaln_row_gather_backward_workspace_bytes(seq, table_rows, hidden);
+}
+
+exactjit_status_t xj_adaln_row_gather_backward(xj_runtime* runtime, const DLTensor* grad,
+                                               const DLTensor* timestep_indices, const DLTensor* token_tags,
+                                               const DLTensor* d_rows, const DLTensor* workspace, void* stream) {
+  if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "adaln_row_gather_backward: runtime must not be NULL");
+  if (!grad || !timestep_indices || !token_tags || !d_rows)
+    return fail(XJ_ERROR_INVALID_ARGUMENT,
+                "adaln_row_gather_backward: grad, timestep_indices, token_tags and d_rows must not be NULL");
+  return finish(runtime->runtime.adaln_row_gather_backward(*grad, *timestep_indices, *token_tags, *d_rows, workspace,
+                                                           stream));
+}
+
+exactjit_status_t xj_timestep_sinusoid_backward(xj_runtime* runtime, const DLTensor* t, const DLTensor* grad,
+                                                const DLTensor* d_t, double max_period, int flip_sin_to_cos,
+                                                double downscale_freq_shift, double scale, void* stream) {
+  if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "timestep_sinusoid_backward: runtime must not be NULL");
+  if (!t || !grad || !d_t)
+    return fail(XJ_ERROR_INVALID_ARGUMENT, "timestep_sinusoid_backward: t, grad and d_t must not be NULL");
+  return finish(runtime->runtime.timestep_sinusoid_backward(*t, *grad, *d_t, max_period, flip_sin_to_cos != 0,
+                                                            downscale_freq_shift, scale, stream));
+}
+
 exactjit_status_t xj_synchronize(xj_runtime* runtime, int device_id, void* stream) {
   if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "synchronize: runtime must not be NULL");
   return finish(runtime->runtime.synchronize(device_id, stream));

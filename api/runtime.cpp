@@ -8,8 +8,11 @@
 
 #include "codegen/render.hpp"
 #include "kernels/adaln_row_gather.hpp"
+#include "kernels/adaln_row_gather_backward.hpp"
 #include "kernels/gate_residual.hpp"
+#include "kernels/gate_residual_backward.hpp"
 #include "kernels/rms_norm.hpp"
+#include "kernels/rms_norm_backward.hpp"
 #include "kernels/timestep_sinusoid.hpp"
 #include "runtime/device_errors.hpp"
 #include "runtime/errors.hpp"
@@ -169,12 +172,18 @@ llvm::Error Runtime::Impl::launch(const LaunchPlan& plan, void* stream) {
   args[plan.param_count] = &params[plan.param_count];
 
   ScopedContext scope(*driver, (*state)->context);
-  if (auto err = driver->check(driver->cuLaunchKernel(*function, plan.grid, 1, 1, plan.threads, 1, 1, 0,
+  if (auto err = driver->check(driver->cuLaunchKernel(*function, plan.grid, plan.grid_y, 1, plan.threads, 1, 1, 0,
                                                       static_cast<CUstream>(stream), args, nullptr),
                                "cuLaunchKernel"))
     return make_error(ErrorCode::Cuda, fmt::format("{}: {}", op_name(plan.spec.op), llvm::toString(std::move(err))));
   if (options.check_after_launch)
     return check_error_record(*driver, (*state)->context, static_cast<CUstream>(stream), (*state)->error_record);
+  return llvm::Error::success();
+}
+
+llvm::Error Runtime::Impl::launch(const LaunchSequence& sequence, void* stream) {
+  for (int step = 0; step < sequence.count; ++step)
+    if (auto err = launch(sequence.steps[step], stream)) return err;
   return llvm::Error::success();
 }
 
@@ -208,6 +217,55 @@ Status Runtime::timestep_sinusoid(const DLTensor& t, const DLTensor& out, double
       plan_timestep_sinusoid({t, out, SinusoidParams{max_period, flip_sin_to_cos, downscale_freq_shift, scale, check_range}});
   if (!plan) return to_status(plan.takeError());
   return to_status(impl_->launch(*plan, stream));
+}
+
+Status Runtime::gate_residual_backward(const DLTensor& grad, const DLTensor& gate, const DLTensor& index,
+                                       const DLTensor& y, const DLTensor* d_y, const DLTensor* d_gate,
+                                       const DLTensor* workspace, void* stream) {
+  auto sequence = plan_gate_residual_backward({grad, gate, index, y, d_y, d_gate, workspace});
+  if (!sequence) return to_status(sequence.takeError());
+  return to_status(impl_->launch(*sequence, stream));
+}
+
+Status Runtime::rms_norm_backward(const DLTensor& grad, const DLTensor& x, const DLTensor* weight,
+                                  const DLTensor* scale, const DLTensor* index, const DLTensor& rstd, const DLTensor* dx,
+                                  const DLTensor* dweight, const DLTensor* dshift, const DLTensor* dscale,
+                                  const DLTensor* workspace, void* stream) {
+  auto sequence =
+      plan_rms_norm_backward({grad, x, weight, scale, index, rstd, dx, dweight, dshift, dscale, workspace});
+  if (!sequence) return to_status(sequence.takeError());
+  return to_status(impl_->launch(*sequence, stream));
+}
+
+Status Runtime::adaln_row_gather_backward(const DLTensor& grad, const DLTensor& timestep_indices,
+                                          const DLTensor& token_tags, const DLTensor& d_rows,
+                                          const DLTensor* workspace, void* stream) {
+  auto sequence = plan_adaln_row_gather_backward({grad, timestep_indices, token_tags, d_rows, workspace});
+  if (!sequence) return to_status(sequence.takeError());
+  return to_status(impl_->launch(*sequence, stream));
+}
+
+Status Runtime::timestep_sinusoid_backward(const DLTensor& t, const DLTensor& grad, const DLTensor& d_t,
+                                           double max_period, bool flip_sin_to_cos, double downscale_freq_shift,
+                                           double scale, void* stream) {
+  auto plan = plan_timestep_sinusoid_backward(
+      {t, grad, d_t, SinusoidParams{max_period, flip_sin_to_cos, downscale_freq_shift, scale, false}});
+  if (!plan) return to_status(plan.takeError());
+  return to_status(impl_->launch(*plan, stream));
+}
+
+long long gate_residual_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
+                                                 long long hidden) {
+  return gate_residual_backward_workspace(rows, seq, table_rows, hidden);
+}
+
+long long rms_norm_backward_workspace_bytes(long long rows, long long seq, long long table_rows, long long hidden,
+                                            bool weighted) {
+  return rms_norm_backward_workspace(rows, seq, table_rows, hidden, weighted);
+}
+
+long long adaln_row_gather_backward_workspace_bytes(long long seq, long long table_rows, long long hidden) {
+  return adaln_row_gather_backward_workspace(seq, table_rows, hidden);
 }
 
 Status Runtime::synchronize(int device_id, void* stream) {

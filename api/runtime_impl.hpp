@@ -44,6 +44,7 @@ struct Runtime::Impl {
   llvm::Expected<CUfunction> function(DeviceState& state, KernelSpec spec);
   /// Launches a validated plan on `stream` (appending the device's error record).
   llvm::Error launch(const LaunchPlan& plan, void* stream);
+  llvm::Error launch(const LaunchSequence& sequence, void* stream);
 
   RuntimeOptions options;
   std::optional<Target> forced_target;

@@ -8,23 +8,38 @@ int64_t packs_per_row(const KernelSpec& spec) {
   return elements / spec.vec;
 }
 
+int tile_threads(int64_t packs) {
+  if (packs < 128) return static_cast<int>((packs + 31) / 32 * 32);
+  int best = 256;
+  int64_t best_waste = -1;
+  for (int threads = 256; threads >= 128; threads -= 32) {
+    const int64_t steps = (packs + threads - 1) / threads;
+    const int64_t waste = steps * threads - packs;
+    if (best_waste < 0 || waste < best_waste) {
+      best = threads;
+      best_waste = waste;
+    }
+  }
+  return best;
+}
+
+int backward_threads(const KernelSpec& spec) {
+  switch (spec.op) {
+    case Op::GateResidualBackward:
+    case Op::AdalnRowGatherBackward: return tile_threads(spec.hidden / spec.vec);
+    case Op::RmsNormTableGrad:
+    case Op::RmsNormWeightGrad: return tile_threads(spec.hidden / 4);
+    case Op::RmsNormBackward:
+    case Op::TimestepSinusoidBackward: return 128;
+    default: return 256;  // segment plan and fold
+  }
+}
+
 RowGeometry row_geometry(const KernelSpec& spec) {
   const int64_t packs = packs_per_row(spec);
   RowGeometry g;
   if (packs >= 128) {
-    // Pick the thread count (multiple of 32 in [128, 256]) that leaves the fewest idle lanes on the
-    // last step; ties go to more threads.
-    int best = 256;
-    int64_t best_waste = -1;
-    for (int threads = 256; threads >= 128; threads -= 32) {
-      const int64_t steps = (packs + threads - 1) / threads;
-      const int64_t waste = steps * threads - packs;
-      if (best_waste < 0 || waste < best_waste) {
-        best = threads;
-        best_waste = waste;
-      }
-    }
-    g.threads_per_row = best;
+    g.threads_per_row = tile_threads(packs);
     g.rows_per_block = 1;
   } else {
     int width = 1;

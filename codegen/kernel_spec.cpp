@@ -15,12 +15,23 @@ std::string_view op_name(Op op) {
     case Op::AdalnRowGather: return "adaln_row_gather";
     case Op::RmsNorm: return "rms_norm";
     case Op::TimestepSinusoid: return "timestep_sinusoid";
+    case Op::GateResidualBackward: return "gate_residual_backward";
+    case Op::AdalnRowGatherBackward: return "adaln_row_gather_backward";
+    case Op::RmsNormBackward: return "rms_norm_backward";
+    case Op::RmsNormTableGrad: return "rms_norm_table_grad";
+    case Op::RmsNormWeightGrad: return "rms_norm_weight_grad";
+    case Op::TimestepSinusoidBackward: return "timestep_sinusoid_backward";
+    case Op::SegmentCount: return "segment_count";
+    case Op::SegmentScan: return "segment_scan";
+    case Op::SegmentScatter: return "segment_scatter";
+    case Op::SegmentFold: return "segment_fold";
   }
   return "unknown";
 }
 
 std::string_view index_argument_name(Op op, unsigned argument) {
-  if (op == Op::AdalnRowGather) return argument == 0 ? "timestep_indices" : "token_tags";
+  if (op == Op::AdalnRowGather || op == Op::AdalnRowGatherBackward)
+    return argument == 0 ? "timestep_indices" : "token_tags";
   if (op == Op::TimestepSinusoid) return "t";
   return "index";
 }
@@ -45,6 +56,10 @@ std::optional<Op> parse_op(std::string_view text) {
   if (text == "adaln_row_gather") return Op::AdalnRowGather;
   if (text == "rms_norm") return Op::RmsNorm;
   if (text == "timestep_sinusoid") return Op::TimestepSinusoid;
+  for (Op op : {Op::GateResidualBackward, Op::AdalnRowGatherBackward, Op::RmsNormBackward, Op::RmsNormTableGrad,
+                Op::RmsNormWeightGrad, Op::TimestepSinusoidBackward, Op::SegmentCount, Op::SegmentScan,
+                Op::SegmentScatter, Op::SegmentFold})
+    if (text == op_name(op)) return op;
   return std::nullopt;
 }
 
@@ -92,7 +107,7 @@ KernelSpec make_spec(Op op, DType dtype, IndexType index, int64_t hidden, int64_
 std::string KernelSpec::describe() const {
   return fmt::format("{} dtype={} hidden={} table_stride={} vec={} index={} target={}{}", op_name(op),
                      dtype_name(dtype), hidden, table_stride, vec, index_type_name(index), target.name(),
-                     op == Op::RmsNorm ? (weighted ? " weight=yes" : " weight=no") : "");
+                     weighted ? " weight=yes" : (op == Op::RmsNorm ? " weight=no" : ""));
 }
 
 std::string KernelSpec::stem() const {

@@ -14,7 +14,24 @@
 
 namespace exactjit {
 
-enum class Op : uint8_t { GateResidual, AdalnRowGather, RmsNorm, TimestepSinusoid };
+enum class Op : uint8_t {
+  GateResidual,
+  AdalnRowGather,
+  RmsNorm,
+  TimestepSinusoid,
+  // Backward passes (docs/backward.md).
+  GateResidualBackward,      ///< d_y and the d_gate tile partials, one segment tile per block
+  AdalnRowGatherBackward,    ///< d_rows tile partials, one (segment tile, chunk) per block
+  RmsNormBackward,           ///< dx, row-local
+  RmsNormTableGrad,          ///< dshift / dscale tile partials (segment tiles)
+  RmsNormWeightGrad,         ///< dweight tile partials (tiles of consecutive rows)
+  TimestepSinusoidBackward,  ///< d_t
+  // The segment plan (kernels/segment_plan.hpp) and the fold of tile partials.
+  SegmentCount,    ///< hidden = number of index tensors combined into the key (1 or 2)
+  SegmentScan,
+  SegmentScatter,
+  SegmentFold,     ///< dtype = the output's
+};
 enum class DType : uint8_t { F32 = 0, BF16 = 1, F16 = 2 };  // values match templates' StorageOf
 enum class IndexType : uint8_t { I32, I64 };
 

@@ -55,11 +55,51 @@ KernelSource render(const KernelSpec& spec) {
       break;
     case Op::RmsNorm:
       source.text = assemble(spec, source.entry, render_rms_norm_constants(spec),
-                             {"numerics.cuh", "vector_io.cuh", "error_record.cuh", "rms_norm.cuh"});
+                             {"numerics.cuh", "vector_io.cuh", "quad_io.cuh", "error_record.cuh", "rms_norm.cuh"});
       break;
     case Op::TimestepSinusoid:
       source.text = assemble(spec, source.entry, render_sinusoid_constants(spec),
                              {"numerics.cuh", "error_record.cuh", "timestep_sinusoid.cuh"});
+      break;
+    case Op::GateResidualBackward:
+      source.text = assemble(spec, source.entry, render_backward_constants(spec),
+                             {"numerics.cuh", "vector_io.cuh", "error_record.cuh", "segment_tiles.cuh",
+                              "gate_residual_backward.cuh"});
+      break;
+    case Op::AdalnRowGatherBackward:
+      source.text = assemble(spec, source.entry, render_backward_constants(spec),
+                             {"numerics.cuh", "vector_io.cuh", "error_record.cuh", "segment_tiles.cuh",
+                              "adaln_row_gather_backward.cuh"});
+      break;
+    case Op::RmsNormBackward:
+      source.text = assemble(spec, source.entry, render_backward_constants(spec),
+                             {"numerics.cuh", "vector_io.cuh", "quad_io.cuh", "error_record.cuh", "rms_norm_backward.cuh"});
+      break;
+    case Op::RmsNormTableGrad:
+    case Op::RmsNormWeightGrad:
+      source.text = assemble(spec, source.entry, render_backward_constants(spec),
+                             {"numerics.cuh", "vector_io.cuh", "quad_io.cuh", "error_record.cuh", "segment_tiles.cuh",
+                              "rms_norm_param_grad.cuh"});
+      break;
+    case Op::TimestepSinusoidBackward:
+      source.text = assemble(spec, source.entry, render_backward_constants(spec),
+                             {"numerics.cuh", "error_record.cuh", "timestep_sinusoid_backward.cuh"});
+      break;
+    case Op::SegmentCount:
+      source.text = assemble(spec, source.entry, render_backward_constants(spec),
+                             {"numerics.cuh", "vector_io.cuh", "error_record.cuh", "segment_count.cuh"});
+      break;
+    case Op::SegmentScan:
+      source.text = assemble(spec, source.entry, render_backward_constants(spec),
+                             {"numerics.cuh", "error_record.cuh", "segment_scan.cuh"});
+      break;
+    case Op::SegmentScatter:
+      source.text = assemble(spec, source.entry, render_backward_constants(spec),
+                             {"numerics.cuh", "error_record.cuh", "segment_scatter.cuh"});
+      break;
+    case Op::SegmentFold:
+      source.text = assemble(spec, source.entry, render_backward_constants(spec),
+                             {"numerics.cuh", "vector_io.cuh", "error_record.cuh", "segment_fold.cuh"});
       break;
   }
   source.options = nvrtc_options(spec.target);

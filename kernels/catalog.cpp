@@ -11,8 +11,62 @@
 
 namespace exactjit {
 
+namespace {
+
+// The backward and segment-plan kernels a call of this shape can select.
+std::vector<KernelSpec> backward_family(Op op, DType dtype, int64_t hidden, int64_t table_stride) {
+  const int wide = static_cast<int>(16 / dtype_size(dtype));
+  const std::vector<IndexType> both = {IndexType::I64, IndexType::I32};
+  const std::vector<IndexType> index_types = table_stride > 0 ? both : std::vector<IndexType>{IndexType::I64};
+  std::vector<KernelSpec> specs;
+  switch (op) {
+    case Op::GateResidualBackward:
+    case Op::AdalnRowGatherBackward: {
+      const int64_t stride = op == Op::GateResidualBackward ? table_stride : 0;
+      if (hidden % wide == 0 && stride % wide == 0) specs.push_back(make_spec(op, dtype, IndexType::I64, hidden, stride, wide));
+      specs.push_back(make_spec(op, dtype, IndexType::I64, hidden, stride, 1));
+      break;
+    }
+    case Op::RmsNormBackward:
+      for (IndexType index : index_types)
+        for (bool weighted : {true, false}) specs.push_back(make_spec(op, dtype, index, hidden, table_stride, 4, weighted));
+      break;
+    case Op::RmsNormTableGrad:
+      for (bool weighted : {true, false}) specs.push_back(make_spec(op, dtype, IndexType::I64, hidden, 0, 4, weighted));
+      break;
+    case Op::RmsNormWeightGrad:
+      for (IndexType index : index_types) specs.push_back(make_spec(op, dtype, index, hidden, table_stride, 4));
+      break;
+    case Op::TimestepSinusoidBackward:
+      specs.push_back(make_spec(op, DType::F32, IndexType::I64, hidden, 0, 1));
+      break;
+    case Op::SegmentCount:  // hidden: index tensors per key (1, or 2 for adaln_row_gather)
+      for (IndexType index : both) specs.push_back(make_spec(op, DType::F32, index, hidden, 0, 1));
+      break;
+    case Op::SegmentScan:
+    case Op::SegmentScatter:
+      specs.push_back(make_spec(op, DType::F32, IndexType::I64, 1, 0, 1));
+      break;
+    case Op::SegmentFold:
+      specs.push_back(make_spec(op, dtype, IndexType::I64, 1, 0, 1));
+      break;
+    default:
+      break;
+  }
+  return specs;
+}
+
+bool is_backward(Op op) { return op >= Op::GateResidualBackward; }
+
+}  // namespace
+
 std::vector<KernelSpec> spec_family(Op op, DType dtype, int64_t hidden, int64_t table_stride, Target target) {
   std::vector<KernelSpec> specs;
+  if (is_backward(op)) {
+    specs = backward_family(op, dtype, hidden, table_stride);
+    for (KernelSpec& spec : specs) spec.target = target;
+    return specs;
+  }
   if (op == Op::TimestepSinusoid) {  // fp32 only; `hidden` is the channel count
     KernelSpec spec = timestep_sinusoid_spec(hidden);
     spec.target = target;
@@ -58,6 +112,24 @@ std::vector<KernelSpec> default_catalog(Target target) {
   KernelSpec sinusoid = timestep_sinusoid_spec(256);  // H3: 256 channels
   sinusoid.target = target;
   specs.push_back(sinusoid);
+  // Backward passes of the same shapes, and the segment plan they share.
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32}) {
+    add(Op::GateResidualBackward, dtype, 6 * kDefaultHidden);
+    add(Op::GateResidualBackward, dtype, 2 * kDefaultHidden);
+    add(Op::AdalnRowGatherBackward, dtype, 0);
+    for (int64_t stride : {int64_t{0}, 6 * kDefaultHidden, 2 * kDefaultHidden}) {
+      add(Op::RmsNormBackward, dtype, stride);
+      add(Op::RmsNormWeightGrad, dtype, stride);
+    }
+    add(Op::RmsNormTableGrad, dtype, 0);
+    for (const KernelSpec& spec : spec_family(Op::SegmentFold, dtype, 1, 0, target)) specs.push_back(spec);
+  }
+  for (int64_t keys : {1, 2})
+    for (const KernelSpec& spec : spec_family(Op::SegmentCount, DType::F32, keys, 0, target)) specs.push_back(spec);
+  for (Op op : {Op::SegmentScan, Op::SegmentScatter})
+    for (const KernelSpec& spec : spec_family(op, DType::F32, 1, 0, target)) specs.push_back(spec);
+  for (const KernelSpec& spec : spec_family(Op::TimestepSinusoidBackward, DType::F32, 256, 0, target))
+    specs.push_back(spec);
   return specs;
 }
 
@@ -66,6 +138,37 @@ llvm::Error validate_spec(const KernelSpec& spec) {
     return make_error(ErrorCode::InvalidArgument, fmt::format("{}: {}", spec.describe(), rule));
   };
   if (spec.hidden < 1 || spec.hidden > INT_MAX) return bad(fmt::format("hidden must be in [1, {}]", INT_MAX));
+  if (spec.target.sm < 75) return bad("targets older than sm_75 are not supported");
+  switch (spec.op) {
+    case Op::RmsNormBackward:
+    case Op::RmsNormTableGrad:
+    case Op::RmsNormWeightGrad:
+      if (spec.hidden % 4 != 0) return bad("rms_norm needs hidden % 4 == 0 (PyTorch's vectorized path)");
+      if (spec.table_stride != 0 && (spec.table_stride < spec.hidden || spec.table_stride % 4 != 0))
+        return bad("table stride must be 0 (plain) or a multiple of 4 that is >= hidden");
+      return llvm::Error::success();
+    case Op::GateResidualBackward:
+    case Op::AdalnRowGatherBackward: {
+      if (spec.op == Op::GateResidualBackward && spec.table_stride < spec.hidden)
+        return bad("table stride must be >= hidden");
+      const int wide = static_cast<int>(16 / dtype_size(spec.dtype));
+      if ((spec.vec != 1 && spec.vec != wide) || spec.hidden % spec.vec != 0 || spec.table_stride % spec.vec != 0)
+        return bad(fmt::format("vec must be 1 or {} and divide hidden and the table stride", wide));
+      return llvm::Error::success();
+    }
+    case Op::SegmentCount:
+      if (spec.hidden > 2) return bad("segment_count combines 1 or 2 index tensors (hidden = 1 or 2)");
+      return llvm::Error::success();
+    case Op::TimestepSinusoidBackward:
+      if (spec.hidden < 2) return bad("channels must be >= 2");
+      return llvm::Error::success();
+    case Op::SegmentScan:
+    case Op::SegmentScatter:
+    case Op::SegmentFold:
+      return llvm::Error::success();
+    default:
+      break;
+  }
   if (spec.op == Op::TimestepSinusoid) {
     if (spec.hidden < 2 || spec.hidden > INT_MAX) return bad("channels must be >= 2");
     if (spec.target.sm < 75) return bad("targets older than sm_75 are not supported");

@@ -11,11 +11,12 @@
 namespace exactjit {
 
 struct LaunchPlan {
-  static constexpr int kMaxParams = 15;  // plus the error record the runtime appends
+  static constexpr int kMaxParams = 20;  // plus the error record the runtime appends
 
   KernelSpec spec;
   int device_id = 0;
   uint32_t grid = 0;     ///< blocks (x); zero means there is nothing to launch
+  uint32_t grid_y = 1;   ///< blocks (y)
   uint32_t threads = 0;  ///< threads per block
   uint64_t params[kMaxParams + 1] = {};  ///< pointers and 64-bit integers, in kernel order
   int param_count = 0;
@@ -26,6 +27,24 @@ struct LaunchPlan {
     uint32_t bits;
     std::memcpy(&bits, &value, sizeof bits);
     push(bits);
+  }
+};
+
+/// The launches of one multi-kernel op (a backward: plan, tiles, folds), run in order on one
+/// stream. Fixed-size, like LaunchPlan.
+struct LaunchSequence {
+  static constexpr int kMaxSteps = 10;
+
+  LaunchPlan steps[kMaxSteps];
+  int count = 0;
+
+  LaunchPlan& add(const KernelSpec& spec, int device_id, uint32_t grid, uint32_t threads) {
+    LaunchPlan& plan = steps[count++];
+    plan.spec = spec;
+    plan.device_id = device_id;
+    plan.grid = grid;
+    plan.threads = threads;
+    return plan;
   }
 };
 

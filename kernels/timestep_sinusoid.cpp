@@ -33,10 +33,7 @@ llvm::Expected<LaunchPlan> plan_timestep_sinusoid(const TimestepSinusoidArgs& a)
   if (!is_contiguous(a.out)) return invalid(arg("out"), "must be contiguous");
   if (overlaps(a.out, a.t)) return invalid(arg("out"), "must not overlap t");
   const SinusoidParams& p = a.params;
-  if (!(p.max_period > 0) || !std::isfinite(p.max_period))
-    return invalid(arg("max_period"), fmt::format("must be finite and > 0 (got {})", p.max_period));
-  if (!std::isfinite(p.downscale_freq_shift) || !std::isfinite(p.scale))
-    return invalid(arg("downscale_freq_shift"), "and scale must be finite");
+  if (auto err = check_sinusoid_params(kOp, p)) return std::move(err);
 
   const int64_t channels = a.out.shape[1];
   const int64_t half = channels / 2;
@@ -50,13 +47,57 @@ llvm::Expected<LaunchPlan> plan_timestep_sinusoid(const TimestepSinusoidArgs& a)
   plan.push(data_address(a.t));
   plan.push(data_address(a.out));
   plan.push(static_cast<uint64_t>(timesteps));
+  push_frequency_params(plan, p, half);
+  plan.push(p.check_range ? 1 : 0);
+  return plan;
+}
+
+llvm::Error check_sinusoid_params(std::string_view op, const SinusoidParams& p) {
+  if (!(p.max_period > 0) || !std::isfinite(p.max_period))
+    return invalid({op, "max_period"}, fmt::format("must be finite and > 0 (got {})", p.max_period));
+  if (!std::isfinite(p.downscale_freq_shift) || !std::isfinite(p.scale))
+    return invalid({op, "downscale_freq_shift"}, "and scale must be finite");
+  return llvm::Error::success();
+}
+
+void push_frequency_params(LaunchPlan& plan, const SinusoidParams& p, int64_t half) {
   // As PyTorch evaluates diffusers' Python scalars: -math.log(max_period) rounded to float, and a
   // tensor divided by a scalar as a multiply by the float reciprocal of the float scalar.
   plan.push_float(static_cast<float>(-std::log(p.max_period)));
   plan.push_float(1.0f / static_cast<float>(static_cast<double>(half) - p.downscale_freq_shift));
   plan.push_float(static_cast<float>(p.scale));
   plan.push(p.flip_sin_to_cos ? 1 : 0);
-  plan.push(p.check_range ? 1 : 0);
+}
+
+llvm::Expected<LaunchPlan> plan_timestep_sinusoid_backward(const TimestepSinusoidBackwardArgs& a) {
+  constexpr std::string_view kBackward = "timestep_sinusoid_backward";
+  auto barg = [&](std::string_view name) { return ArgName{kBackward, name}; };
+  const NamedTensor tensors[] = {{"t", &a.t}, {"grad", &a.grad}, {"d_t", &a.d_t}};
+  if (auto err = require_cuda_on_one_device(kBackward, tensors)) return std::move(err);
+  for (const NamedTensor& t : tensors)
+    if (t.tensor->dtype.code != kDLFloat || t.tensor->dtype.bits != 32 || t.tensor->dtype.lanes != 1 ||
+        !is_contiguous(*t.tensor))
+      return invalid(barg(t.name), "must be float32 and contiguous");
+  if (a.t.ndim != 1) return invalid(barg("t"), fmt::format("must be 1-D (T,) (got {})", shape_string(a.t)));
+  const int64_t timesteps = a.t.shape[0];
+  if (a.grad.ndim != 2 || a.grad.shape[0] != timesteps || a.grad.shape[1] < 2 || a.grad.shape[1] > INT_MAX)
+    return invalid(barg("grad"), fmt::format("must be ({}, C) with C >= 2 (got {})", timesteps, shape_string(a.grad)));
+  if (a.d_t.ndim != 1 || a.d_t.shape[0] != timesteps)
+    return invalid(barg("d_t"), fmt::format("must be ({},) (got {})", timesteps, shape_string(a.d_t)));
+  if (overlaps(a.d_t, a.t) || overlaps(a.d_t, a.grad)) return invalid(barg("d_t"), "must not overlap t or grad");
+  if (auto err = check_sinusoid_params(kBackward, a.params)) return std::move(err);
+  if (timesteps > INT_MAX) return invalid(barg("t"), fmt::format("has too many timesteps ({})", timesteps));
+
+  const int64_t channels = a.grad.shape[1];
+  LaunchPlan plan;
+  plan.spec = make_spec(Op::TimestepSinusoidBackward, DType::F32, IndexType::I64, channels, 0, 1);
+  plan.device_id = a.t.device.device_id;
+  plan.grid = static_cast<uint32_t>(timesteps);
+  plan.threads = 128;
+  plan.push(data_address(a.t));
+  plan.push(data_address(a.grad));
+  plan.push(data_address(a.d_t));
+  push_frequency_params(plan, a.params, channels / 2);
   return plan;
 }
 

@@ -7,6 +7,8 @@
 #include <dlpack/dlpack.h>
 #include <llvm/Support/Error.h>
 
+#include <string_view>
+
 namespace exactjit {
 
 struct SinusoidParams {
@@ -26,5 +28,20 @@ struct TimestepSinusoidArgs {
 llvm::Expected<LaunchPlan> plan_timestep_sinusoid(const TimestepSinusoidArgs& args);
 
 KernelSpec timestep_sinusoid_spec(int64_t channels);
+
+/// max_period finite and > 0, shift and scale finite; errors name `op`.
+llvm::Error check_sinusoid_params(std::string_view op, const SinusoidParams& params);
+/// The frequency parameters the forward and backward kernels share: -ln(max_period),
+/// 1 / (half - shift), scale, flip_sin_to_cos.
+void push_frequency_params(LaunchPlan& plan, const SinusoidParams& params, int64_t half);
+
+struct TimestepSinusoidBackwardArgs {
+  const DLTensor& t;     ///< the forward's (T,) float32
+  const DLTensor& grad;  ///< (T, C) float32 contiguous
+  const DLTensor& d_t;   ///< (T,) float32
+  SinusoidParams params;
+};
+
+llvm::Expected<LaunchPlan> plan_timestep_sinusoid_backward(const TimestepSinusoidBackwardArgs& args);
 
 }  // namespace exactjit

@@ -154,6 +154,22 @@ XJ_HD float add(float a, float b) {
 #endif
 }
 
+XJ_HD float sub(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return canonical_nan_model(a - b);
+#endif
+}
+
+XJ_HD float div(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return canonical_nan_model(a / b);
+#endif
+}
+
 }  // namespace xj
 
 #endif  // EXACTJIT_NUMERICS_CUH

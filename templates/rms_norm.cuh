@@ -17,11 +17,7 @@ namespace rms_norm {
 
 typedef xj::StorageOf<spec::kDType>::type T;
 typedef xj::IndexOf<spec::kIndexBytes>::type Index;
-// Four elements: 8 bytes (bf16/fp16) or 16 bytes (fp32), moved as one vector access.
-union Quad {
-  T v[4];
-  xj::u32 w[sizeof(T)];
-};
+typedef xj::Quad<T> Quad;
 
 constexpr int kRowThreads = 128;
 constexpr int kWarps = kRowThreads / 32;
@@ -32,25 +28,6 @@ constexpr int kBatch = spec::kParamBatch < kQuadsPerThread ? spec::kParamBatch :
 
 static_assert(spec::kHidden % 4 == 0, "PyTorch's vectorized RMSNorm path needs H % 4 == 0");
 static_assert(!spec::kModulated || spec::kTableStride >= spec::kHidden, "table rows must not overlap");
-
-// Plain ld.global.nc: L1::no_allocate on x, L1::evict_last on the parameters and an L1
-// prefetch of the parameters before the barrier all measured slower (bench/tune_rms_norm).
-__device__ __forceinline__ void load_quad(Quad& q, const T* src) {
-  if constexpr (sizeof(T) == 4) {
-    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(q.w[0]), "=r"(q.w[1]), "=r"(q.w[2]), "=r"(q.w[3]) : "l"(src));
-  } else {
-    asm("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(q.w[0]), "=r"(q.w[1]) : "l"(src));
-  }
-}
-
-__device__ __forceinline__ void store_quad(T* dst, const Quad& q) {
-  if constexpr (sizeof(T) == 4) {
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(dst), "r"(q.w[0]), "r"(q.w[1]), "r"(q.w[2]),
-                 "r"(q.w[3]) : "memory");
-  } else {
-    asm volatile("st.global.v2.u32 [%0], {%1, %2};" :: "l"(dst), "r"(q.w[0]), "r"(q.w[1]) : "memory");
-  }
-}
 
 }  // namespace rms_norm
 
@@ -88,7 +65,7 @@ XJ_ENTRY(const rms_norm::T* __restrict__ x, const rms_norm::T* __restrict__ weig
   for (int k = 0; k < kQuadsPerThread; ++k) {
     const int v = t + k * kRowThreads;
     if (live && (kQuads % kRowThreads == 0 || v < kQuads)) {
-      load_quad(quads[k], x_row + 4 * v);
+      xj::load_quad(quads[k], x_row + 4 * v);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float xv = xj::to_float(quads[k].v[e]);
@@ -119,10 +96,10 @@ XJ_ENTRY(const rms_norm::T* __restrict__ x, const rms_norm::T* __restrict__ weig
     for (int j = 0; j < kBatch; ++j) {
       const int v = t + (k0 + j) * kRowThreads;
       if (k0 + j < kQuadsPerThread && (kQuads % kRowThreads == 0 || v < kQuads)) {
-        if (spec::kWeighted) load_quad(wq[j], weight + 4 * v);
+        if (spec::kWeighted) xj::load_quad(wq[j], weight + 4 * v);
         if (spec::kModulated) {
-          load_quad(shq[j], shift_row + 4 * v);
-          load_quad(scq[j], scale_row + 4 * v);
+          xj::load_quad(shq[j], shift_row + 4 * v);
+          xj::load_quad(scq[j], scale_row + 4 * v);
         }
       }
     }
@@ -144,7 +121,7 @@ XJ_ENTRY(const rms_norm::T* __restrict__ x, const rms_norm::T* __restrict__ weig
           }
           result.v[e] = rounded;
         }
-        store_quad(out_row + 4 * v, result);
+        xj::store_quad(out_row + 4 * v, result);
       }
     }
   }

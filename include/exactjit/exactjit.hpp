@@ -77,6 +77,30 @@ class Runtime {
   Status timestep_sinusoid(const DLTensor& t, const DLTensor& out, double max_period, bool flip_sin_to_cos,
                            double downscale_freq_shift, double scale, bool check_range, void* stream);
 
+  // Backward passes (docs/backward.md): deterministic, no host synchronisation, capturable in
+  // CUDA graphs. `workspace` is a contiguous uint8 CUDA tensor of at least the bytes the matching
+  // *_backward_workspace_bytes function returns; outputs may be null (not computed).
+
+  /// d_y = rT(grad * gate[i]) like y (bitwise equal to eager's VJP); d_gate (R, H) contiguous in
+  /// the gate's dtype = segment sums of grad * y. (d_residual is grad itself.)
+  Status gate_residual_backward(const DLTensor& grad, const DLTensor& gate, const DLTensor& index, const DLTensor& y,
+                                const DLTensor* d_y, const DLTensor* d_gate, const DLTensor* workspace, void* stream);
+
+  /// dx like x; dweight (H,); dshift, dscale (R, H) contiguous; from the forward's x, weight,
+  /// scale and index (both or neither) and rstd.
+  Status rms_norm_backward(const DLTensor& grad, const DLTensor& x, const DLTensor* weight, const DLTensor* scale,
+                           const DLTensor* index, const DLTensor& rstd, const DLTensor* dx, const DLTensor* dweight,
+                           const DLTensor* dshift, const DLTensor* dscale, const DLTensor* workspace, void* stream);
+
+  /// grad (6, S, H) -> d_rows (3T, 6H) contiguous in grad's dtype or float32.
+  Status adaln_row_gather_backward(const DLTensor& grad, const DLTensor& timestep_indices,
+                                   const DLTensor& token_tags, const DLTensor& d_rows, const DLTensor* workspace,
+                                   void* stream);
+
+  /// d_t (T,) float32 from grad (T, C) float32 and the forward's t and parameters.
+  Status timestep_sinusoid_backward(const DLTensor& t, const DLTensor& grad, const DLTensor& d_t, double max_period,
+                                    bool flip_sin_to_cos, double downscale_freq_shift, double scale, void* stream);
+
   /// Waits for `stream` on `device_id` and reports any bad index a kernel found since the last
   /// check (then clears it).
   Status synchronize(int device_id, void* stream);
@@ -86,5 +110,13 @@ class Runtime {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+/// Workspace bytes of the backward passes (-1: the shapes are invalid). rows = M, seq = S,
+/// table_rows = R (rms_norm: 0 for the plain norm).
+long long gate_residual_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
+                                                 long long hidden);
+long long rms_norm_backward_workspace_bytes(long long rows, long long seq, long long table_rows, long long hidden,
+                                            bool weighted);
+long long adaln_row_gather_backward_workspace_bytes(long long seq, long long table_rows, long long hidden);
 
 }  // namespace exactjit

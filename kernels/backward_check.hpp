@@ -1,0 +1,27 @@
+// exactjit backward validation helpers: the rules every backward planner shares (an output like
+// an input, a dense gradient buffer, the caller's workspace).
+#pragma once
+
+#include "kernels/tensor_check.hpp"
+
+#include <dlpack/dlpack.h>
+#include <llvm/Support/Error.h>
+
+namespace exactjit {
+
+/// `t` has `like`'s shape and dtype and is contiguous.
+llvm::Error require_like(ArgName name, const DLTensor& t, std::string_view like_name, const DLTensor& like);
+
+/// `t` is a contiguous tensor of `shape` (ndim given) in `dtype`.
+llvm::Error require_dense(ArgName name, const DLTensor& t, std::initializer_list<int64_t> shape, DType dtype);
+
+/// The workspace is a contiguous uint8 CUDA tensor of at least `bytes` bytes, 256-byte aligned.
+llvm::Error require_workspace(ArgName name, const DLTensor* workspace, int64_t bytes);
+
+/// The plan's limits: S fits int32 and R <= kMaxPlanTableRows.
+llvm::Error require_plan_limits(ArgName index_name, int64_t seq, ArgName table_name, int64_t table_rows);
+
+/// 16 / element size when H, the stride and every address allow 16-byte packs, else 1.
+int pack_width(DType dtype, int64_t hidden, int64_t table_stride, std::initializer_list<const DLTensor*> tensors);
+
+}  // namespace exactjit

@@ -1,0 +1,96 @@
+// exactjit op gate_residual, backward: validate, plan the segment sums, tiles, fold.
+#include "kernels/gate_residual_backward.hpp"
+
+#include "codegen/geometry.hpp"
+#include "kernels/backward_check.hpp"
+#include "kernels/segment_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <climits>
+
+namespace exactjit {
+namespace {
+constexpr std::string_view kOp = "gate_residual_backward";
+ArgName arg(std::string_view name) { return {kOp, name}; }
+}  // namespace
+
+int64_t gate_residual_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden) {
+  if (rows < 0 || seq < 1 || rows % seq != 0 || table_rows < 1 || hidden < 1) return -1;
+  const SegmentLayout layout = segment_layout(rows, seq, table_rows);
+  return layout.end + align_workspace(layout.max_tiles * hidden * 4);
+}
+
+llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBackwardArgs& a) {
+  llvm::SmallVector<NamedTensor, 7> tensors = {{"grad", &a.grad}, {"gate", &a.gate}, {"index", &a.index}, {"y", &a.y}};
+  if (a.d_y) tensors.push_back({"d_y", a.d_y});
+  if (a.d_gate) tensors.push_back({"d_gate", a.d_gate});
+  if (a.workspace) tensors.push_back({"workspace", a.workspace});
+  if (auto err = require_cuda_on_one_device(kOp, tensors)) return std::move(err);
+  auto dtype = float_dtype(arg("y"), a.y);
+  if (!dtype) return dtype.takeError();
+  if (a.y.ndim != 2 && a.y.ndim != 3)
+    return invalid(arg("y"), fmt::format("must be (M, H) or (B, S, H) (got {})", shape_string(a.y)));
+  if (!is_contiguous(a.y)) return invalid(arg("y"), "must be contiguous");
+  if (auto err = require_like(arg("grad"), a.grad, "y", a.y)) return std::move(err);
+  if (a.d_y)
+    if (auto err = require_like(arg("d_y"), *a.d_y, "y", a.y)) return std::move(err);
+  const int64_t hidden = a.y.shape[a.y.ndim - 1];
+  if (hidden < 1 || hidden > INT_MAX) return invalid(arg("y"), "hidden size must be in [1, 2^31)");
+  const int64_t rows = element_count(a.y) / hidden;
+
+  auto gate_dtype = float_dtype(arg("gate"), a.gate);
+  if (!gate_dtype) return gate_dtype.takeError();
+  if (*gate_dtype != *dtype) return invalid(arg("gate"), fmt::format("must have y's dtype {}", dtype_name(*dtype)));
+  if (a.gate.ndim != 2 || a.gate.shape[1] != hidden || a.gate.shape[0] < 1)
+    return invalid(arg("gate"), fmt::format("must be (R, {}) with R >= 1 (got {})", hidden, shape_string(a.gate)));
+  const int64_t table_rows = a.gate.shape[0];
+  if (hidden > 1 && stride_of(a.gate, 1) != 1) return invalid(arg("gate"), "must have unit column stride");
+  const int64_t table_stride = table_rows == 1 ? hidden : stride_of(a.gate, 0);
+  if (table_stride < hidden) return invalid(arg("gate"), fmt::format("row stride must be >= H = {}", hidden));
+
+  auto index_type = index_dtype(arg("index"), a.index);
+  if (!index_type) return index_type.takeError();
+  if (a.index.ndim != 1 || a.index.shape[0] < 1 || !is_contiguous(a.index))
+    return invalid(arg("index"), fmt::format("must be (S,) contiguous with S >= 1 (got {})", shape_string(a.index)));
+  const int64_t seq = a.index.shape[0];
+  if (rows % seq != 0)
+    return invalid(arg("index"), fmt::format("length S = {} must divide the M = {} rows of y", seq, rows));
+  if (auto err = require_plan_limits(arg("index"), seq, arg("gate"), table_rows)) return std::move(err);
+  if (a.d_gate)
+    if (auto err = require_dense(arg("d_gate"), *a.d_gate, {table_rows, hidden}, *dtype)) return std::move(err);
+
+  LaunchSequence sequence;
+  if ((!a.d_y && !a.d_gate) || rows == 0) return sequence;
+  const int64_t bytes = gate_residual_backward_workspace(rows, seq, table_rows, hidden);
+  if (auto err = require_workspace(arg("workspace"), a.workspace, bytes)) return std::move(err);
+  for (const auto& [name, tensor] : tensors) {
+    if (name != "d_y" && name != "d_gate" && name != "workspace") {
+      for (const DLTensor* out : {a.d_y, a.d_gate, a.workspace})
+        if (out && overlaps(*out, *tensor)) return invalid(arg(name), "must not overlap an output or the workspace");
+    }
+  }
+  if (a.d_y && a.d_gate && overlaps(*a.d_y, *a.d_gate)) return invalid(arg("d_y"), "must not overlap d_gate");
+
+  const SegmentLayout layout = segment_layout(rows, seq, table_rows);
+  const uint64_t ws = data_address(*a.workspace);
+  const int device = a.y.device.device_id;
+  add_plan_launches(sequence, layout, ws, device, *index_type, data_address(a.index), 0, table_rows,
+                    Op::GateResidualBackward);
+  const int vec = pack_width(*dtype, hidden, table_stride, {&a.grad, &a.gate, &a.y, a.d_y});
+  const KernelSpec spec = make_spec(Op::GateResidualBackward, *dtype, IndexType::I64, hidden, table_stride, vec);
+  LaunchPlan& tiles = sequence.add(spec, device, static_cast<uint32_t>(layout.max_tiles),
+                                   static_cast<uint32_t>(codegen::backward_threads(spec)));
+  const uint64_t partials = a.d_gate ? ws + layout.end : 0;
+  tiles.push(data_address(a.grad));
+  tiles.push(data_address(a.gate));
+  tiles.push(data_address(a.y));
+  tiles.push(a.d_y ? data_address(*a.d_y) : 0);
+  tiles.push(partials);
+  push_plan_params(tiles, layout, ws);
+  if (a.d_gate)
+    add_fold_launch(sequence, &layout, ws, device, *dtype, partials, layout.max_tiles, hidden, data_address(*a.d_gate));
+  return sequence;
+}
+
+}  // namespace exactjit

@@ -1,0 +1,180 @@
+// exactjit op rms_norm, backward: validate, then dx, the table gradients (plan, tiles, folds)
+// and dweight (tiles, fold).
+#include "kernels/rms_norm_backward.hpp"
+
+#include "codegen/geometry.hpp"
+#include "kernels/backward_check.hpp"
+#include "kernels/segment_plan.hpp"
+
+#include <fmt/format.h>
+#include <llvm/ADT/SmallVector.h>
+
+#include <climits>
+
+namespace exactjit {
+namespace {
+constexpr std::string_view kOp = "rms_norm_backward";
+ArgName arg(std::string_view name) { return {kOp, name}; }
+
+struct Regions {
+  SegmentLayout layout;
+  int64_t shift_partials = 0, scale_partials = 0, weight_partials = 0, weight_tiles = 0, end = 0;
+};
+
+Regions regions(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, bool weighted) {
+  Regions r;
+  int64_t at = 0;
+  if (table_rows > 0) {
+    r.layout = segment_layout(rows, seq, table_rows);
+    at = r.layout.end;
+    r.shift_partials = at;
+    at += align_workspace(r.layout.max_tiles * hidden * 4);
+    r.scale_partials = at;
+    at += align_workspace(r.layout.max_tiles * hidden * 4);
+  }
+  r.weight_tiles = (rows + kTilePositions - 1) / kTilePositions;
+  if (weighted) {
+    r.weight_partials = at;
+    at += align_workspace(r.weight_tiles * hidden * 4);
+  }
+  r.end = at;
+  return r;
+}
+}  // namespace
+
+int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, bool weighted) {
+  if (rows < 0 || seq < 1 || rows % seq != 0 || table_rows < 0 || hidden < 4 || hidden % 4 != 0) return -1;
+  return regions(rows, seq, table_rows, hidden, weighted).end;
+}
+
+llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs& a) {
+  const bool modulated = a.scale || a.index;
+  if (modulated && !(a.scale && a.index)) return invalid(arg("scale"), "scale and index must be given together");
+  if (a.dweight && !a.weight) return invalid(arg("dweight"), "needs the forward's weight");
+  if ((a.dshift || a.dscale) && !modulated) return invalid(arg("dshift"), "dshift/dscale need scale and index");
+  llvm::SmallVector<NamedTensor, 12> tensors = {{"grad", &a.grad}, {"x", &a.x}, {"rstd", &a.rstd}};
+  for (const auto& [name, t] : {std::pair{"weight", a.weight}, {"scale", a.scale}, {"index", a.index}, {"dx", a.dx},
+                                {"dweight", a.dweight}, {"dshift", a.dshift}, {"dscale", a.dscale},
+                                {"workspace", a.workspace}})
+    if (t) tensors.push_back({name, t});
+  if (auto err = require_cuda_on_one_device(kOp, tensors)) return std::move(err);
+
+  auto dtype = float_dtype(arg("x"), a.x);
+  if (!dtype) return dtype.takeError();
+  if (a.x.ndim < 1) return invalid(arg("x"), "must have a last dimension H");
+  const int64_t hidden = a.x.shape[a.x.ndim - 1];
+  if (hidden < 4 || hidden % 4 != 0 || hidden > INT_MAX)
+    return invalid(arg("x"), fmt::format("hidden size must be a positive multiple of 4 (got {})", hidden));
+  const size_t elem = dtype_size(*dtype);
+  if (!is_contiguous(a.x) || data_address(a.x) % (4 * elem) != 0)
+    return invalid(arg("x"), fmt::format("must be contiguous and aligned to 4 elements ({} bytes)", 4 * elem));
+  const int64_t rows = element_count(a.x) / hidden;
+  if (auto err = require_like(arg("grad"), a.grad, "x", a.x)) return std::move(err);
+  if (data_address(a.grad) % (4 * elem) != 0) return invalid(arg("grad"), "must be aligned to 4 elements");
+  if (a.dx) {
+    if (auto err = require_like(arg("dx"), *a.dx, "x", a.x)) return std::move(err);
+    if (data_address(*a.dx) % (4 * elem) != 0) return invalid(arg("dx"), "must be aligned to 4 elements");
+  }
+  if (a.rstd.dtype.code != kDLFloat || a.rstd.dtype.bits != 32 || a.rstd.ndim != 1 || a.rstd.shape[0] != rows ||
+      !is_contiguous(a.rstd))
+    return invalid(arg("rstd"), fmt::format("must be ({},) float32 contiguous, as the forward returns it", rows));
+  if (a.weight) {
+    if (auto err = require_dense(arg("weight"), *a.weight, {hidden}, *dtype)) return std::move(err);
+    if (data_address(*a.weight) % (4 * elem) != 0) return invalid(arg("weight"), "must be aligned to 4 elements");
+  }
+  if (a.dweight)
+    if (auto err = require_dense(arg("dweight"), *a.dweight, {hidden}, *dtype)) return std::move(err);
+
+  int64_t table_rows = 0, table_stride = 0, seq = rows > 0 ? rows : 1;
+  IndexType index_type = IndexType::I64;
+  if (modulated) {
+    auto scale_dtype = float_dtype(arg("scale"), *a.scale);
+    if (!scale_dtype) return scale_dtype.takeError();
+    if (*scale_dtype != *dtype) return invalid(arg("scale"), fmt::format("must have x's dtype {}", dtype_name(*dtype)));
+    if (a.scale->ndim != 2 || a.scale->shape[1] != hidden || a.scale->shape[0] < 1 || stride_of(*a.scale, 1) != 1)
+      return invalid(arg("scale"), fmt::format("must be (R, {}) with unit column stride (got {})", hidden,
+                                               shape_string(*a.scale)));
+    table_rows = a.scale->shape[0];
+    table_stride = table_rows == 1 ? hidden : stride_of(*a.scale, 0);
+    if (table_stride < hidden || table_stride % 4 != 0 || data_address(*a.scale) % (4 * elem) != 0)
+      return invalid(arg("scale"), "row stride must be a multiple of 4 and >= H, rows aligned to 4 elements");
+    auto itype = index_dtype(arg("index"), *a.index);
+    if (!itype) return itype.takeError();
+    index_type = *itype;
+    if (a.index->ndim != 1 || a.index->shape[0] < 1 || !is_contiguous(*a.index))
+      return invalid(arg("index"), fmt::format("must be (S,) contiguous (got {})", shape_string(*a.index)));
+    seq = a.index->shape[0];
+    if (rows % seq != 0) return invalid(arg("index"), fmt::format("length S = {} must divide M = {}", seq, rows));
+    if (auto err = require_plan_limits(arg("index"), seq, arg("scale"), table_rows)) return std::move(err);
+    for (const auto& [name, t] : {std::pair{"dshift", a.dshift}, {"dscale", a.dscale}})
+      if (t)
+        if (auto err = require_dense(arg(name), *t, {table_rows, hidden}, *dtype)) return std::move(err);
+  }
+
+  LaunchSequence sequence;
+  const bool table_grads = a.dshift || a.dscale;
+  if ((!a.dx && !a.dweight && !table_grads) || rows == 0) return sequence;
+  const Regions r = regions(rows, seq, table_rows, hidden, a.weight != nullptr);
+  const bool needs_workspace = table_grads || a.dweight;
+  if (needs_workspace)
+    if (auto err = require_workspace(arg("workspace"), a.workspace, r.end)) return std::move(err);
+  const DLTensor* outputs[] = {a.dx, a.dweight, a.dshift, a.dscale, needs_workspace ? a.workspace : nullptr};
+  for (const auto& [name, tensor] : tensors) {
+    for (const DLTensor* out : outputs)
+      if (out && out != tensor && overlaps(*out, *tensor))
+        return invalid(arg(name), "must not overlap an output or the workspace");
+  }
+
+  const uint64_t ws = needs_workspace ? data_address(*a.workspace) : 0;
+  const int device = a.x.device.device_id;
+  const uint64_t weight = a.weight ? data_address(*a.weight) : 0;
+  const uint64_t scale = modulated ? data_address(*a.scale) : 0;
+  const uint64_t index = modulated ? data_address(*a.index) : 0;
+  if (table_grads)
+    add_plan_launches(sequence, r.layout, ws, device, index_type, index, 0, table_rows, Op::RmsNormBackward);
+  if (a.dx) {
+    const KernelSpec spec = make_spec(Op::RmsNormBackward, *dtype, modulated ? index_type : IndexType::I64, hidden,
+                                      table_stride, 4, a.weight != nullptr);
+    if (rows > INT_MAX) return invalid(arg("x"), fmt::format("has too many rows ({}) for one launch", rows));
+    LaunchPlan& dx = sequence.add(spec, device, static_cast<uint32_t>(rows), codegen::backward_threads(spec));
+    for (uint64_t v : {data_address(a.grad), data_address(a.x), weight, scale, index, data_address(a.rstd),
+                       data_address(*a.dx), static_cast<uint64_t>(rows), static_cast<uint64_t>(seq),
+                       static_cast<uint64_t>(table_rows)})
+      dx.push(v);
+  }
+  auto add_param_tiles = [&](Op op, uint32_t grid, uint64_t first, uint64_t second) {
+    const KernelSpec spec = make_spec(op, *dtype, op == Op::RmsNormWeightGrad && modulated ? index_type : IndexType::I64,
+                                      hidden, op == Op::RmsNormWeightGrad ? table_stride : 0, 4,
+                                      op == Op::RmsNormTableGrad && a.weight != nullptr);
+    LaunchPlan& tiles = sequence.add(spec, device, grid, codegen::backward_threads(spec));
+    for (uint64_t v : {data_address(a.grad), data_address(a.x), weight, scale, index, data_address(a.rstd), first,
+                       second, static_cast<uint64_t>(rows), static_cast<uint64_t>(table_rows)})
+      tiles.push(v);
+    if (op == Op::RmsNormTableGrad) {
+      push_plan_params(tiles, r.layout, ws);
+    } else {
+      for (int k = 0; k < 5; ++k) tiles.push(0);  // no plan: tiles of consecutive rows
+      tiles.push(static_cast<uint64_t>(seq));
+      tiles.push(static_cast<uint64_t>(rows / seq));
+    }
+  };
+  if (table_grads) {
+    add_param_tiles(Op::RmsNormTableGrad, static_cast<uint32_t>(r.layout.max_tiles),
+                    a.dshift ? ws + r.shift_partials : 0, a.dscale ? ws + r.scale_partials : 0);
+    if (a.dshift)
+      add_fold_launch(sequence, &r.layout, ws, device, *dtype, ws + r.shift_partials, r.layout.max_tiles, hidden,
+                      data_address(*a.dshift));
+    if (a.dscale)
+      add_fold_launch(sequence, &r.layout, ws, device, *dtype, ws + r.scale_partials, r.layout.max_tiles, hidden,
+                      data_address(*a.dscale));
+  }
+  if (a.dweight) {
+    if (r.weight_tiles > INT_MAX) return invalid(arg("x"), "has too many rows");
+    add_param_tiles(Op::RmsNormWeightGrad, static_cast<uint32_t>(r.weight_tiles), ws + r.weight_partials, 0);
+    add_fold_launch(sequence, nullptr, ws, device, *dtype, ws + r.weight_partials, r.weight_tiles, hidden,
+                    data_address(*a.dweight));
+  }
+  return sequence;
+}
+
+}  // namespace exactjit

@@ -1,0 +1,32 @@
+// exactjit op rms_norm, backward (NUMERICS.md; docs/backward.md): dx row-local in the forward's
+// reduction shape; dweight over fixed tiles of 256 consecutive rows; dshift and dscale as
+// segment sums over the table rows (n recomputed exactly as in the forward).
+#pragma once
+
+#include "kernels/launch_plan.hpp"
+
+#include <dlpack/dlpack.h>
+#include <llvm/Support/Error.h>
+
+namespace exactjit {
+
+struct RmsNormBackwardArgs {
+  const DLTensor& grad;       ///< like x
+  const DLTensor& x;          ///< the forward's x
+  const DLTensor* weight;     ///< the forward's weight, or null
+  const DLTensor* scale;      ///< the forward's scale view (modulated), or null
+  const DLTensor* index;      ///< the forward's index (with scale), or null
+  const DLTensor& rstd;       ///< (M,) float32 saved by the forward
+  const DLTensor* dx;         ///< like x, or null
+  const DLTensor* dweight;    ///< (H,) in x's dtype, or null
+  const DLTensor* dshift;     ///< (R, H) contiguous in x's dtype, or null
+  const DLTensor* dscale;     ///< (R, H) contiguous in x's dtype, or null
+  const DLTensor* workspace;  ///< uint8, rms_norm_backward_workspace bytes
+};
+
+/// Workspace bytes (table_rows 0 = plain; -1: invalid shapes).
+int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, bool weighted);
+
+llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs& args);
+
+}  // namespace exactjit

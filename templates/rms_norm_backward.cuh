@@ -1,0 +1,101 @@
+// rms_norm backward, dx (NUMERICS.md; docs/backward.md), one row per 128-thread block in the
+// forward's reduction shape. With d_n = grad (plain) or mul(grad, rT(add(1, scale[i])))
+// (modulated) and wd = mul(w, d_n) (or d_n without weight), per row:
+//   1. thread t visits 4-element vectors v = t, t+128, ...: dot = fma(wd, x, dot) from 0
+//   2. warps: dot = add(dot, shfl_down(dot, off)), off = 16..1; 3. (w0 + w2) + (w1 + w3)
+//   4. coef = div(mul(mul(mul(rstd, rstd), rstd), dot), H)
+//   5. dx = rT(sub(mul(rstd, wd), mul(x, coef)))
+// Every operation is written out, so nothing is left for the compiler to contract. The row's x,
+// grad (and scale) stay in registers across the barrier: one read of each.
+namespace rms_norm_backward {
+
+typedef xj::StorageOf<spec::kDType>::type T;
+typedef xj::IndexOf<spec::kIndexBytes>::type Index;
+typedef xj::Quad<T> Quad;
+
+constexpr int kRowThreads = 128;
+constexpr int kQuads = spec::kHidden / 4;
+constexpr int kQuadsPerThread = (kQuads + kRowThreads - 1) / kRowThreads;
+constexpr bool kModulated = spec::kTableStride > 0;
+
+static_assert(spec::kHidden % 4 == 0, "rms_norm needs H % 4 == 0");
+
+__device__ __forceinline__ bool in_row(int k) {
+  return kQuads % kRowThreads == 0 || (int)threadIdx.x + k * kRowThreads < kQuads;
+}
+
+// wd = w * d_n for element e of quad k.
+__device__ __forceinline__ float weighted_grad(const Quad& g, const Quad& sc, const Quad& w, int e) {
+  float d = xj::to_float(g.v[e]);
+  if (kModulated) d = xj::mul(d, xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(sc.v[e])))));
+  if (spec::kWeighted) d = xj::mul(xj::to_float(w.v[e]), d);
+  return d;
+}
+
+}  // namespace rms_norm_backward
+
+extern "C" __global__ void __launch_bounds__(rms_norm_backward::kRowThreads)
+XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward::T* __restrict__ x,
+         const rms_norm_backward::T* __restrict__ weight, const rms_norm_backward::T* __restrict__ scale,
+         const rms_norm_backward::Index* __restrict__ index, const float* __restrict__ rstd,
+         rms_norm_backward::T* __restrict__ dx, long long rows, long long seq, long long table_rows,
+         xj::ErrorRecord* errors) {
+  using namespace rms_norm_backward;
+  __shared__ float warp_sums[4];
+  const long long row = blockIdx.x;
+  const int t = threadIdx.x;
+  const int warp = t / 32, lane = t % 32;
+  bool live = true;
+  long long i = 0;
+  if (kModulated) {
+    const long long position = row % seq;
+    i = (long long)index[position];
+    if (i < 0 || i >= table_rows) {
+      if (t == 0) xj::report_bad_index(errors, spec::kOpCode, position, i, table_rows);
+      live = false;
+    }
+  }
+  const T* x_row = x + row * spec::kHidden;
+  const T* grad_row = grad + row * spec::kHidden;
+  const T* scale_row = scale + i * spec::kTableStride;
+  Quad xq[kQuadsPerThread], gq[kQuadsPerThread], sq[kQuadsPerThread], wq[kQuadsPerThread];
+  float dot = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kQuadsPerThread; ++k) {
+    const int v = t + k * kRowThreads;
+    if (live && in_row(k)) {
+      xj::load_quad(xq[k], x_row + 4 * v);
+      xj::load_quad(gq[k], grad_row + 4 * v);
+      if (kModulated) xj::load_quad(sq[k], scale_row + 4 * v);
+      if (spec::kWeighted) xj::load_quad(wq[k], weight + 4 * v);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kQuadsPerThread; ++k) {
+    if (live && in_row(k)) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dot = fmaf(weighted_grad(gq[k], sq[k], wq[k], e), xj::to_float(xq[k].v[e]), dot);
+    }
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) dot = xj::add(dot, __shfl_down_sync(0xFFFFFFFFu, dot, offset));
+  if (lane == 0) warp_sums[warp] = dot;
+  __syncthreads();
+  if (!live) return;
+  const float total = xj::add(xj::add(warp_sums[0], warp_sums[2]), xj::add(warp_sums[1], warp_sums[3]));
+  const float r = rstd[row];
+  const float coef = xj::div(xj::mul(xj::mul(xj::mul(r, r), r), total), (float)spec::kHidden);
+  T* dx_row = dx + row * spec::kHidden;
+#pragma unroll
+  for (int k = 0; k < kQuadsPerThread; ++k) {
+    if (in_row(k)) {
+      Quad out;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float a = xj::mul(r, weighted_grad(gq[k], sq[k], wq[k], e));
+        out.v[e] = xj::round_to<T>(xj::sub(a, xj::mul(xj::to_float(xq[k].v[e]), coef)));
+      }
+      xj::store_quad(dx_row + 4 * (t + k * kRowThreads), out);
+    }
+  }
+}

@@ -1,0 +1,218 @@
+// Segment plan rules on the host model (stable order, tiles that never span rows and hold at most
+// 256 positions, empty rows, one row, every position in one row, S = 1, bad keys left out), the
+// workspace layout, and the backward planners' validation (fake device addresses: planning
+// touches no memory).
+#include "kernels/adaln_row_gather_backward.hpp"
+#include "kernels/gate_residual_backward.hpp"
+#include "kernels/rms_norm_backward.hpp"
+#include "kernels/segment_plan.hpp"
+#include "kernels/segment_plan_model.hpp"
+#include "runtime/errors.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace exactjit {
+namespace {
+
+// Checks every rule of a plan built from `keys` with `batch` copies.
+void expect_valid_plan(const std::vector<int64_t>& keys, int64_t table_rows, int64_t batch) {
+  const SegmentPlanModel plan = segment_plan_model(keys, table_rows, batch);
+  const int64_t seq = static_cast<int64_t>(keys.size());
+  // Each row's tiles, concatenated, are its positions for b = 0..B-1 in ascending order.
+  for (int64_t k = 0; k < table_rows; ++k) {
+    std::vector<int64_t> expected;
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t s = 0; s < seq; ++s)
+        if (keys[s] == k) expected.push_back(b * seq + s);
+    std::vector<int64_t> got;
+    for (int64_t t = plan.row_tile_start[k]; t < plan.row_tile_start[k + 1]; ++t) {
+      EXPECT_EQ(plan.tile_row[t], k);
+      const std::vector<int64_t> rows = segment_tile_rows(plan, t);
+      EXPECT_GE(rows.size(), 1u);
+      EXPECT_LE(static_cast<int64_t>(rows.size()), kTilePositions);
+      // Only the last tile of a row may be short.
+      if (t + 1 < plan.row_tile_start[k + 1]) EXPECT_EQ(static_cast<int64_t>(rows.size()), kTilePositions);
+      got.insert(got.end(), rows.begin(), rows.end());
+    }
+    EXPECT_EQ(got, expected) << "row " << k;
+  }
+  // The launch's tile bound covers every plan.
+  const SegmentLayout layout = segment_layout(seq * batch, seq, table_rows);
+  EXPECT_LE(static_cast<int64_t>(plan.tile_row.size()), layout.max_tiles);
+}
+
+TEST(SegmentPlan, StableOrderAndTileRulesOnRandomKeys) {
+  std::mt19937_64 rng(7);
+  for (int64_t seq : {1, 2, 255, 256, 257, 1000, 4097}) {
+    for (int64_t batch : {1, 2, 3}) {
+      std::vector<int64_t> keys(static_cast<size_t>(seq));
+      for (int64_t& k : keys) k = static_cast<int64_t>(rng() % 9);
+      expect_valid_plan(keys, 9, batch);
+    }
+  }
+}
+
+TEST(SegmentPlan, EmptyRowsOneRowAndEverythingInOneRow) {
+  std::vector<int64_t> keys(1000, 4);  // every position in row 4 of 9; rows 0-3 and 5-8 empty
+  expect_valid_plan(keys, 9, 2);
+  const SegmentPlanModel plan = segment_plan_model(keys, 9, 2);
+  for (int64_t k = 0; k < 9; ++k)
+    EXPECT_EQ(plan.row_tile_start[k + 1] - plan.row_tile_start[k], k == 4 ? (2000 + 255) / 256 : 0);
+  expect_valid_plan(std::vector<int64_t>(300, 0), 1, 1);  // one table row
+  expect_valid_plan({0}, 1, 1);                           // S = 1
+  expect_valid_plan({2}, 3, 5);                           // S = 1, batch 5
+}
+
+TEST(SegmentPlan, BadKeysAreInNoRow) {
+  std::vector<int64_t> keys = {0, -1, 1, -1, 0, 2};
+  const SegmentPlanModel plan = segment_plan_model(keys, 3, 1);
+  EXPECT_EQ(plan.sorted, (std::vector<int32_t>{0, 4, 2, 5}));
+  expect_valid_plan(keys, 3, 2);
+}
+
+TEST(SegmentPlan, WorkspaceRegionsAreAlignedAndDisjoint) {
+  const SegmentLayout l = segment_layout(2 * 131072, 131072, 24);
+  const int64_t offsets[] = {l.keys, l.chunk_counts, l.row_count, l.row_start, l.row_tile_start, l.tile_row, l.sorted,
+                             l.end};
+  for (int64_t offset : offsets) EXPECT_EQ(offset % 256, 0);
+  for (size_t i = 0; i + 1 < std::size(offsets); ++i) EXPECT_LT(offsets[i], offsets[i + 1]);
+  EXPECT_GE(l.chunk_counts - l.keys, 4 * 131072);
+  EXPECT_EQ(l.chunks, 32);
+  EXPECT_EQ(l.max_tiles, 2 * 131072 / 256 + 24);
+  EXPECT_GE(l.end - l.sorted, 4 * 131072);
+}
+
+TEST(SegmentPlan, WorkspaceSizesRefuseInvalidShapes) {
+  EXPECT_EQ(gate_residual_backward_workspace(10, 3, 9, 64), -1);  // S does not divide M
+  EXPECT_EQ(gate_residual_backward_workspace(10, 5, 0, 64), -1);
+  EXPECT_GT(gate_residual_backward_workspace(10, 5, 9, 64), 0);
+  EXPECT_EQ(rms_norm_backward_workspace(8, 4, 3, 6, false), -1);  // H % 4 != 0
+  EXPECT_GT(rms_norm_backward_workspace(8, 4, 3, 8, true), rms_norm_backward_workspace(8, 4, 3, 8, false));
+  EXPECT_EQ(adaln_row_gather_backward_workspace(5, 4, 8), -1);  // R not a multiple of 3
+  EXPECT_GT(adaln_row_gather_backward_workspace(5, 9, 8), 0);
+}
+
+// --- backward planners ------------------------------------------------------------------------
+
+struct FakeTensor {
+  std::vector<int64_t> shape, strides;
+  DLTensor t{};
+  FakeTensor(uint64_t address, std::vector<int64_t> dims, DLDataType dtype, std::vector<int64_t> stride = {})
+      : shape(std::move(dims)), strides(std::move(stride)) {
+    t.data = reinterpret_cast<void*>(address);
+    t.device = {kDLCUDA, 0};
+    t.ndim = static_cast<int>(shape.size());
+    t.dtype = dtype;
+    t.shape = shape.data();
+    t.strides = strides.empty() ? nullptr : strides.data();
+  }
+};
+
+constexpr DLDataType kBF16{kDLBfloat, 16, 1};
+constexpr DLDataType kF32{kDLFloat, 32, 1};
+constexpr DLDataType kI64{kDLInt, 64, 1};
+constexpr DLDataType kU8{kDLUInt, 8, 1};
+constexpr int64_t H = 5376;
+constexpr uint64_t GiB = 1ull << 30;
+
+struct GateBackwardCall {
+  FakeTensor grad{1 * GiB, {2, 7, H}, kBF16};
+  FakeTensor gate{2 * GiB + 2 * H * 2, {9, H}, kBF16, {6 * H, 1}};
+  FakeTensor index{3 * GiB, {7}, kI64};
+  FakeTensor y{4 * GiB, {2, 7, H}, kBF16};
+  FakeTensor d_y{5 * GiB, {2, 7, H}, kBF16};
+  FakeTensor d_gate{6 * GiB, {9, H}, kBF16};
+  FakeTensor workspace{7 * GiB, {gate_residual_backward_workspace(14, 7, 9, H)}, kU8};
+  llvm::Expected<LaunchSequence> plan() {
+    return plan_gate_residual_backward({grad.t, gate.t, index.t, y.t, &d_y.t, &d_gate.t, &workspace.t});
+  }
+};
+
+std::string message_of(llvm::Expected<LaunchSequence> sequence) {
+  if (sequence) return "accepted";
+  ErrorReport report = take_error(sequence.takeError());
+  EXPECT_EQ(report.code, ErrorCode::InvalidArgument) << report.message;
+  return report.message;
+}
+
+TEST(GateResidualBackwardValidation, PlansPlanTilesAndFold) {
+  GateBackwardCall call;
+  auto sequence = call.plan();
+  ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
+  ASSERT_EQ(sequence->count, 5);
+  const Op expected[] = {Op::SegmentCount, Op::SegmentScan, Op::SegmentScatter, Op::GateResidualBackward,
+                         Op::SegmentFold};
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(sequence->steps[i].spec.op, expected[i]) << i;
+  EXPECT_EQ(sequence->steps[3].spec.vec, 8);
+  EXPECT_EQ(sequence->steps[3].spec.table_stride, 6 * H);
+  EXPECT_EQ(sequence->steps[4].grid_y, 9u);  // one fold row per table row
+}
+
+TEST(GateResidualBackwardValidation, RefusesBadWorkspaceAndTables) {
+  {
+    GateBackwardCall call;
+    call.workspace.shape[0] -= 1;
+    EXPECT_NE(message_of(call.plan()).find("gate_residual_backward: workspace must hold at least"), std::string::npos);
+  }
+  {
+    GateBackwardCall call;
+    call.workspace.t.dtype = kF32;
+    EXPECT_NE(message_of(call.plan()).find("uint8"), std::string::npos);
+  }
+  {
+    GateBackwardCall call;
+    call.gate.shape[0] = kMaxPlanTableRows + 1;
+    call.d_gate.shape[0] = kMaxPlanTableRows + 1;
+    EXPECT_NE(message_of(call.plan()).find("rows for the backward's segment plan"), std::string::npos);
+  }
+  {
+    GateBackwardCall call;
+    call.d_gate.shape[0] = 8;
+    EXPECT_NE(message_of(call.plan()).find("d_gate must be (9, 5376) in bf16"), std::string::npos);
+  }
+  {
+    GateBackwardCall call;
+    call.d_y.t.data = call.y.t.data;  // d_y over an input
+    EXPECT_NE(message_of(call.plan()).find("must not overlap"), std::string::npos);
+  }
+}
+
+TEST(RmsNormBackwardValidation, ModulatedCallPlansEveryGradient) {
+  FakeTensor grad{1 * GiB, {2, 7, H}, kBF16}, x{2 * GiB, {2, 7, H}, kBF16};
+  FakeTensor scale{3 * GiB + H * 2, {9, H}, kBF16, {6 * H, 1}}, index{4 * GiB, {7}, kI64};
+  FakeTensor rstd{5 * GiB, {14}, kF32}, dx{6 * GiB, {2, 7, H}, kBF16}, dshift{7 * GiB, {9, H}, kBF16};
+  FakeTensor dscale{8 * GiB, {9, H}, kBF16};
+  FakeTensor workspace{9 * GiB, {rms_norm_backward_workspace(14, 7, 9, H, false)}, kU8};
+  auto sequence = plan_rms_norm_backward(
+      {grad.t, x.t, nullptr, &scale.t, &index.t, rstd.t, &dx.t, nullptr, &dshift.t, &dscale.t, &workspace.t});
+  ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
+  const Op expected[] = {Op::SegmentCount, Op::SegmentScan,       Op::SegmentScatter, Op::RmsNormBackward,
+                         Op::RmsNormTableGrad, Op::SegmentFold, Op::SegmentFold};
+  ASSERT_EQ(sequence->count, 7);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(sequence->steps[i].spec.op, expected[i]) << i;
+  EXPECT_EQ(sequence->steps[3].grid, 14u);  // dx: one row per block
+  // dweight without the forward's weight is refused.
+  FakeTensor dweight{10 * GiB, {H}, kBF16};
+  EXPECT_NE(message_of(plan_rms_norm_backward({grad.t, x.t, nullptr, &scale.t, &index.t, rstd.t, &dx.t, &dweight.t,
+                                               nullptr, nullptr, &workspace.t}))
+                .find("rms_norm_backward: dweight needs the forward's weight"),
+            std::string::npos);
+}
+
+TEST(AdalnRowGatherBackwardValidation, PlansTwoIndexKeysAndSixChunks) {
+  FakeTensor grad{1 * GiB, {6, 7, H}, kBF16}, ti{2 * GiB, {7}, kI64}, tags{3 * GiB, {7}, kI64};
+  FakeTensor d_rows{4 * GiB, {9, 6 * H}, kF32};
+  FakeTensor workspace{5 * GiB, {adaln_row_gather_backward_workspace(7, 9, H)}, kU8};
+  auto sequence = plan_adaln_row_gather_backward({grad.t, ti.t, tags.t, d_rows.t, &workspace.t});
+  ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
+  ASSERT_EQ(sequence->count, 5);
+  EXPECT_EQ(sequence->steps[0].spec.hidden, 2);  // key = t * 3 + tag
+  EXPECT_EQ(sequence->steps[0].params[4], 3u);   // t is checked against T = R / 3
+  EXPECT_EQ(sequence->steps[3].grid_y, 6u);
+  EXPECT_EQ(sequence->steps[4].spec.dtype, DType::F32);
+}
+
+}  // namespace
+}  // namespace exactjit

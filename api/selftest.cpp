@@ -1,6 +1,7 @@
 // exactjit self-test (see selftest.hpp).
 #include "api/selftest.hpp"
 
+#include "api/selftest_support.hpp"
 #include "kernels/catalog.hpp"
 #include "kernels/host_model.hpp"
 #include "runtime/device_buffer.hpp"
@@ -16,122 +17,8 @@
 #include <vector>
 
 namespace exactjit {
-namespace {
 
-// Deterministic data: splitmix64 drives values of mixed magnitude plus a sprinkle of specials.
-struct Generator {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  // specials: NaN and infinities too (elementwise ops); reductions want them in chosen rows only.
-  float value(bool specials) {
-    const uint64_t pick = next() % 1000;
-    if (specials && pick == 0) return std::numeric_limits<float>::quiet_NaN();
-    if (specials && pick == 1) return std::numeric_limits<float>::infinity();
-    if (specials && pick == 2) return -std::numeric_limits<float>::infinity();
-    if (pick == 3) return 1e-41f;  // denormal
-    if (pick == 4) return -0.0f;
-    static const float scales[] = {1.0f, 1e-3f, 30.0f};
-    return static_cast<float>((uniform() * 2 - 1) * 4) * scales[next() % 3];
-  }
-};
-
-// Element k of a storage buffer set to v, rounded to the dtype as the model rounds.
-void store(std::vector<uint8_t>& bytes, int64_t k, DType dtype, float v) {
-  if (dtype == DType::F32) {
-    std::memcpy(&bytes[k * 4], &v, 4);
-  } else {
-    const uint16_t bits = dtype == DType::BF16 ? xj::round_to<xj::bf16>(v).bits : xj::round_to<xj::fp16>(v).bits;
-    std::memcpy(&bytes[k * 2], &bits, 2);
-  }
-}
-
-std::vector<uint8_t> random_storage(Generator& gen, DType dtype, int64_t count, bool specials = true) {
-  std::vector<uint8_t> bytes(static_cast<size_t>(count) * dtype_size(dtype));
-  for (int64_t k = 0; k < count; ++k) store(bytes, k, dtype, gen.value(specials));
-  return bytes;
-}
-
-DLTensor device_tensor(const DeviceBuffer& buffer, uint64_t byte_offset, int device_id, int ndim, int64_t* shape,
-                       int64_t* strides, DLDataType dtype) {
-  DLTensor t{};
-  t.data = reinterpret_cast<void*>(buffer.address());
-  t.device = DLDevice{kDLCUDA, device_id};
-  t.ndim = ndim;
-  t.dtype = dtype;
-  t.shape = shape;
-  t.strides = strides;
-  t.byte_offset = byte_offset;
-  return t;
-}
-
-std::vector<uint8_t> index_bytes(IndexType type, const std::vector<int64_t>& values) {
-  const size_t width = type == IndexType::I32 ? 4 : 8;
-  std::vector<uint8_t> bytes(values.size() * width);
-  for (size_t k = 0; k < values.size(); ++k) {
-    if (type == IndexType::I32) {
-      const int32_t v32 = static_cast<int32_t>(values[k]);
-      std::memcpy(&bytes[k * 4], &v32, 4);
-    } else {
-      std::memcpy(&bytes[k * 8], &values[k], 8);
-    }
-  }
-  return bytes;
-}
-
-llvm::Expected<DeviceBuffer> upload_new(const Driver& driver, CUcontext context, const std::vector<uint8_t>& host,
-                                        size_t bytes, size_t offset = 0) {
-  auto buffer = DeviceBuffer::allocate(driver, context, bytes);
-  if (!buffer) return buffer.takeError();
-  if (!host.empty())
-    if (auto err = buffer->upload(host.data(), host.size(), offset)) return err;
-  return buffer;
-}
-
-DLDataType dl_index(IndexType type) { return DLDataType{kDLInt, static_cast<uint8_t>(type == IndexType::I32 ? 32 : 64), 1}; }
-
-DLDataType dl_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::F32: return {kDLFloat, 32, 1};
-    case DType::BF16: return {kDLBfloat, 16, 1};
-    case DType::F16: return {kDLFloat, 16, 1};
-  }
-  return {};
-}
-
-// Compares the device output with the host model's bit for bit and judges the case: equal bits
-// and, when a bad index was planted, an error at synchronize() that names `expected_error`.
-void judge(CaseOutcome& outcome, const std::vector<uint8_t>& expected, const std::vector<uint8_t>& actual,
-           size_t elem, const std::string& expected_error) {
-  const int64_t count = static_cast<int64_t>(expected.size() / elem);
-  for (int64_t k = 0; k < count; ++k) {
-    if (std::memcmp(&expected[k * elem], &actual[k * elem], elem) != 0) {
-      if (outcome.first_mismatch < 0) outcome.first_mismatch = k;
-      ++outcome.mismatches;
-    }
-  }
-  const bool bits_equal = outcome.mismatches == 0;
-  if (!expected_error.empty()) {
-    const bool reported = outcome.sync.code() == static_cast<int>(ErrorCode::BadIndex) &&
-                          outcome.sync.message().find(expected_error) != std::string::npos;
-    outcome.passed = bits_equal && reported;
-    outcome.detail = reported ? "bad index reported: " + outcome.sync.message()
-                              : "bad index NOT reported (sync: " + outcome.sync.message() + ")";
-  } else {
-    outcome.passed = bits_equal && outcome.sync.ok();
-    if (!outcome.sync.ok()) outcome.detail = "synchronize: " + outcome.sync.message();
-  }
-  if (!bits_equal)
-    outcome.detail += fmt::format("{}{} of {} elements differ from the host model (first at {})",
-                                  outcome.detail.empty() ? "" : "; ", outcome.mismatches, count, outcome.first_mismatch);
-}
-
-}  // namespace
+using namespace selftest;
 
 std::string GateResidualCase::name() const {
   return fmt::format("gate_residual {} H={} stride={} R={} S={} B={} index={}{}{}", dtype_name(dtype), hidden,
@@ -431,6 +318,57 @@ llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int dev
   bad_norm.seed = seed++;
   norms.push_back(bad_norm);
 
+  // Backward passes: a few shapes per op (the GPU tests sweep more).
+  std::vector<GateResidualCase> gate_backward;
+  std::vector<RmsNormCase> norm_backward;
+  std::vector<AdalnRowGatherCase> gather_backward;
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32}) {
+    GateResidualCase g;
+    g.dtype = dtype;
+    g.seq = 4097;
+    g.batch = 1;
+    g.seed = seed++;
+    gate_backward.push_back(g);
+    g.table_stride = 2 * kDefaultHidden;
+    g.table_rows = 3;
+    g.index = IndexType::I32;
+    g.seq = 7;
+    g.batch = 2;
+    g.seed = seed++;
+    gate_backward.push_back(g);
+    for (int64_t stride : {int64_t{0}, 6 * kDefaultHidden, 2 * kDefaultHidden}) {
+      RmsNormCase n;
+      n.dtype = dtype;
+      n.table_stride = stride;
+      n.table_rows = stride == 2 * kDefaultHidden ? 3 : 9;
+      n.weighted = stride != 6 * kDefaultHidden;
+      n.seq = stride == 6 * kDefaultHidden ? 4097 : 7;
+      n.batch = stride == 6 * kDefaultHidden ? 1 : 2;
+      n.index = stride == 2 * kDefaultHidden ? IndexType::I32 : IndexType::I64;
+      n.seed = seed++;
+      norm_backward.push_back(n);
+    }
+    AdalnRowGatherCase a;
+    a.dtype = dtype;
+    a.seq = dtype == DType::F32 ? 7 : 4097;
+    a.index = dtype == DType::F32 ? IndexType::I32 : IndexType::I64;
+    a.seed = seed++;
+    gather_backward.push_back(a);
+  }
+  GateResidualCase bad_gate_backward;
+  bad_gate_backward.bad_position = 5;
+  bad_gate_backward.seed = seed++;
+  gate_backward.push_back(bad_gate_backward);
+  RmsNormCase bad_norm_backward;
+  bad_norm_backward.table_stride = 6 * kDefaultHidden;
+  bad_norm_backward.bad_position = 2;
+  bad_norm_backward.seed = seed++;
+  norm_backward.push_back(bad_norm_backward);
+  AdalnRowGatherCase bad_gather_backward;
+  bad_gather_backward.bad_tag = 1;
+  bad_gather_backward.seed = seed++;
+  gather_backward.push_back(bad_gather_backward);
+
   std::vector<SelftestLine> lines;
   auto record = [&](const std::string& name, const CaseOutcome& outcome) {
     SelftestLine line{name, outcome.passed, outcome.detail};
@@ -451,6 +389,21 @@ llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int dev
     auto outcome = run_rms_norm_case(runtime, device_id, c);
     if (!outcome) return outcome.takeError();
     record(c.name(), *outcome);
+  }
+  for (const GateResidualCase& c : gate_backward) {
+    auto outcome = run_gate_residual_backward_case(runtime, device_id, c);
+    if (!outcome) return outcome.takeError();
+    record("backward " + c.name(), *outcome);
+  }
+  for (const RmsNormCase& c : norm_backward) {
+    auto outcome = run_rms_norm_backward_case(runtime, device_id, c);
+    if (!outcome) return outcome.takeError();
+    record("backward " + c.name(), *outcome);
+  }
+  for (const AdalnRowGatherCase& c : gather_backward) {
+    auto outcome = run_adaln_row_gather_backward_case(runtime, device_id, c);
+    if (!outcome) return outcome.takeError();
+    record("backward " + c.name(), *outcome);
   }
   return lines;
 }

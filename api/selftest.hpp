@@ -76,6 +76,14 @@ struct RmsNormCase {
 /// equal the model's output for that rstd, bit for bit.
 llvm::Expected<CaseOutcome> run_rms_norm_case(Runtime& runtime, int device_id, const RmsNormCase& c);
 
+/// Backward passes on the same cases: every gradient against its host model bit for bit
+/// (kernels/backward_model.hpp), twice, and both runs equal. A planted bad index must be reported
+/// by synchronize() naming the backward op.
+llvm::Expected<CaseOutcome> run_gate_residual_backward_case(Runtime& runtime, int device_id, const GateResidualCase& c);
+llvm::Expected<CaseOutcome> run_rms_norm_backward_case(Runtime& runtime, int device_id, const RmsNormCase& c);
+llvm::Expected<CaseOutcome> run_adaln_row_gather_backward_case(Runtime& runtime, int device_id,
+                                                               const AdalnRowGatherCase& c);
+
 struct SelftestLine {
   std::string name;
   bool passed = false;

@@ -1,6 +1,8 @@
 // exactjit host models (see host_model.hpp).
 #include "kernels/host_model.hpp"
 
+#include "kernels/row_reduction_model.hpp"
+
 #include "templates/numerics.cuh"
 #include "templates/gate_residual_math.cuh"
 
@@ -39,34 +41,11 @@ int64_t dispatch_index(const void* residual, const void* gate, int64_t table_str
                              static_cast<T*>(out), rows, seq, hidden);
 }
 
-// fma.rn.f32 as the GPU computes it: one rounding, canonical NaN.
-float fma_model(float a, float b, float c) { return xj::canonical_nan_model(__builtin_fmaf(a, b, c)); }
-float div_model(float a, float b) { return xj::canonical_nan_model(a / b); }
-
 template <typename T> float rsqrt_argument(const T* x, int64_t hidden, float eps) {
-  constexpr int kThreads = 128, kLanes = 32;
-  float warp_totals[kThreads / kLanes];
-  for (int w = 0; w < kThreads / kLanes; ++w) {
-    float lanes[kLanes];
-    for (int lane = 0; lane < kLanes; ++lane) {  // 1. each thread's fma chain
-      float s = 0.0f;
-      for (int64_t v = w * kLanes + lane; v < hidden / 4; v += kThreads)
-        for (int e = 0; e < 4; ++e) {
-          const float xv = xj::to_float(x[4 * v + e]);
-          s = fma_model(xv, xv, s);
-        }
-      lanes[lane] = s;
-    }
-    for (int offset = 16; offset > 0; offset /= 2) {  // 2. shfl_down tree (lanes past 31 read themselves)
-      float next[kLanes];
-      for (int lane = 0; lane < kLanes; ++lane)
-        next[lane] = xj::add(lanes[lane], lanes[lane + offset < kLanes ? lane + offset : lane]);
-      std::memcpy(lanes, next, sizeof lanes);
-    }
-    warp_totals[w] = lanes[0];
-  }
-  const float total = xj::add(xj::add(warp_totals[0], warp_totals[2]), xj::add(warp_totals[1], warp_totals[3]));
-  return xj::add(div_model(total, static_cast<float>(hidden)), eps);  // 3. and 4.
+  const float total = block_fma_reduce_model(hidden, [x](int64_t j, float& a, float& b) {
+    a = b = xj::to_float(x[j]);
+  });
+  return xj::add(xj::div(total, static_cast<float>(hidden)), eps);
 }
 
 template <typename T>

@@ -140,6 +140,39 @@ TEST(PtxAudit, SinusoidUsesOnlyLibdevicePreciseMath) {
   }
 }
 
+// Backward: no contraction anywhere except the dx reduction's written fma chain; no approximate
+// or flush-to-zero arithmetic except what libdevice's precise sinf/cosf/expf contain.
+TEST(PtxAudit, BackwardKernelsFuseOnlyWhatTheyWrite) {
+  for (Op op : {Op::GateResidualBackward, Op::AdalnRowGatherBackward, Op::RmsNormTableGrad, Op::RmsNormWeightGrad,
+                Op::SegmentCount, Op::SegmentScan, Op::SegmentScatter, Op::SegmentFold}) {
+    for (const KernelSpec& spec : catalog_of(op)) {
+      auto ptx = nvrtc().ptx(codegen::render(spec));
+      ASSERT_TRUE(static_cast<bool>(ptx)) << llvm::toString(ptx.takeError());
+      EXPECT_EQ(count(*ptx, kFloatFma), 0u) << spec.describe();
+      EXPECT_EQ(count(*ptx, std::regex("\\.(approx|ftz)")), 0u) << spec.describe();
+      EXPECT_EQ(count(*ptx, std::regex("\\b(atom|red)\\.[a-z.]*\\.f(16|32|64)")), 0u) << spec.describe();  // no float atomics
+      EXPECT_EQ(count(*ptx, std::regex("\\b(ld|st)\\.local")), 0u) << spec.describe();
+    }
+  }
+  for (const KernelSpec& spec : catalog_of(Op::RmsNormBackward)) {
+    auto ptx = nvrtc().ptx(codegen::render(spec));
+    ASSERT_TRUE(static_cast<bool>(ptx)) << llvm::toString(ptx.takeError());
+    const size_t quads_per_thread = static_cast<size_t>((spec.hidden / 4 + 127) / 128);
+    EXPECT_EQ(count(*ptx, kFloatFma), 4 * quads_per_thread) << spec.describe();  // dot = fma(wd, x, dot)
+    EXPECT_EQ(count(*ptx, std::regex("\\.(approx|ftz)")), 0u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("div\\.rn\\.f32")), 1u) << spec.describe();  // coef / H
+    EXPECT_EQ(count(*ptx, std::regex("sub\\.rn\\.f32")), spec.hidden / 4 >= 128 ? 4 * quads_per_thread : 4u)
+        << spec.describe();
+  }
+  for (const KernelSpec& spec : catalog_of(Op::TimestepSinusoidBackward)) {
+    auto ptx = nvrtc().ptx(codegen::render(spec));
+    ASSERT_TRUE(static_cast<bool>(ptx)) << llvm::toString(ptx.takeError());
+    EXPECT_EQ(count(*ptx, std::regex("\\.approx")), 1u) << spec.describe();  // expf's ex2.approx.ftz
+    EXPECT_EQ(count(*ptx, std::regex("ex2\\.approx\\.ftz\\.f32")), 1u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("\\b(sin|cos|lg2|rcp|rsqrt|sqrt)\\.approx")), 0u) << spec.describe();
+  }
+}
+
 TEST(PtxAudit, PtxTargetCompilesToPtxText) {
   KernelSpec spec = default_catalog(Target{90, true}).front();
   auto output = nvrtc().compile(codegen::render(spec));

@@ -140,6 +140,62 @@ TEST_F(Gpu, CheckAfterLaunchReportsAtTheCall) {
   EXPECT_EQ(outcome->launch.code(), static_cast<int>(ErrorCode::BadIndex)) << outcome->launch.message();
 }
 
+TEST_F(Gpu, BackwardMatchesHostModelBitwiseAndRepeats) {
+  uint64_t seed = 9000;
+  auto check = [](llvm::Expected<CaseOutcome> outcome, const std::string& name) {
+    ASSERT_TRUE(static_cast<bool>(outcome)) << llvm::toString(outcome.takeError());
+    EXPECT_TRUE(outcome->launch.ok()) << name << ": " << outcome->launch.message();
+    EXPECT_TRUE(outcome->passed) << name << ": " << outcome->detail;
+  };
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32}) {
+    for (int64_t seq : {1, 7, 300, 4097}) {
+      for (int64_t batch : {1, 2}) {
+        GateResidualCase g;
+        g.dtype = dtype;
+        g.seq = seq;
+        g.batch = batch;
+        g.index = batch == 1 ? IndexType::I64 : IndexType::I32;
+        g.table_rows = seq == 300 ? 1 : 9;  // one table row: every position in one segment
+        g.table_stride = g.table_rows == 1 ? g.hidden : 6 * g.hidden;
+        g.seed = seed++;
+        check(run_gate_residual_backward_case(runtime(), 0, g), "backward " + g.name());
+        RmsNormCase n;
+        n.dtype = dtype;
+        n.seq = seq;
+        n.batch = batch;
+        n.table_stride = (seq % 2) ? 6 * n.hidden : 0;
+        n.weighted = batch == 2 || n.table_stride == 0;
+        n.index = batch == 1 ? IndexType::I64 : IndexType::I32;
+        n.seed = seed++;
+        check(run_rms_norm_backward_case(runtime(), 0, n), "backward " + n.name());
+      }
+      AdalnRowGatherCase a;
+      a.dtype = dtype;
+      a.seq = seq;
+      a.seed = seed++;
+      check(run_adaln_row_gather_backward_case(runtime(), 0, a), "backward " + a.name());
+    }
+  }
+  // Other widths: the scalar path (H not a multiple of 8) and short rows.
+  for (int64_t hidden : {12, 1000, 1024}) {
+    GateResidualCase g;
+    g.hidden = hidden;
+    g.table_stride = 2 * hidden + 4;
+    g.seed = seed++;
+    check(run_gate_residual_backward_case(runtime(), 0, g), "backward " + g.name());
+    RmsNormCase n;
+    n.hidden = hidden;
+    n.table_stride = 2 * hidden;
+    n.table_rows = 3;
+    n.seed = seed++;
+    check(run_rms_norm_backward_case(runtime(), 0, n), "backward " + n.name());
+    AdalnRowGatherCase a;
+    a.hidden = hidden;
+    a.seed = seed++;
+    check(run_adaln_row_gather_backward_case(runtime(), 0, a), "backward " + a.name());
+  }
+}
+
 TEST_F(Gpu, SelftestPasses) {
   auto lines = run_selftest(runtime(), 0, {});
   ASSERT_TRUE(static_cast<bool>(lines)) << llvm::toString(lines.takeError());

@@ -1,0 +1,163 @@
+// exactjit host models of the backward passes (see backward_model.hpp).
+#include "kernels/backward_model.hpp"
+
+#include "kernels/row_reduction_model.hpp"
+#include "kernels/segment_plan.hpp"
+#include "kernels/segment_plan_model.hpp"
+#include "templates/numerics.cuh"
+
+#include <algorithm>
+
+namespace exactjit {
+namespace {
+
+// Runs `body` with the storage type of `dtype`.
+template <typename Body> void with_storage(DType dtype, Body body) {
+  switch (dtype) {
+    case DType::BF16: return body(xj::bf16{});
+    case DType::F16: return body(xj::fp16{});
+    case DType::F32: return body(float{});
+  }
+}
+
+template <typename T> float at(const void* data, int64_t k) { return xj::to_float(static_cast<const T*>(data)[k]); }
+
+void put(DType dtype, void* data, int64_t k, float v) {
+  with_storage(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    static_cast<T*>(data)[k] = xj::round_to<T>(v);
+  });
+}
+
+// out(k, j) for every table row k and column j < width: the fold, from 0, of row k's tile
+// partials, each the sum from 0 of term(row, j) over the tile's rows in plan order.
+template <typename Term, typename Out>
+void segment_sums(const SegmentPlanModel& plan, int64_t table_rows, int64_t width, Term term, Out out) {
+  std::vector<float> fold(static_cast<size_t>(width)), partial(static_cast<size_t>(width));
+  for (int64_t k = 0; k < table_rows; ++k) {
+    std::fill(fold.begin(), fold.end(), 0.0f);
+    for (int64_t t = plan.row_tile_start[k]; t < plan.row_tile_start[k + 1]; ++t) {
+      std::fill(partial.begin(), partial.end(), 0.0f);
+      for (int64_t row : segment_tile_rows(plan, t))
+        for (int64_t j = 0; j < width; ++j) partial[j] = xj::add(partial[j], term(row, j));
+      for (int64_t j = 0; j < width; ++j) fold[j] = xj::add(fold[j], partial[j]);
+    }
+    for (int64_t j = 0; j < width; ++j) out(k, j, fold[j]);
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> keys_of(const void* index, IndexType index_type, int64_t seq, int64_t table_rows) {
+  std::vector<int64_t> keys(static_cast<size_t>(seq));
+  for (int64_t s = 0; s < seq; ++s) {
+    const int64_t i = index_type == IndexType::I32 ? static_cast<const int32_t*>(index)[s]
+                                                   : static_cast<const int64_t*>(index)[s];
+    keys[s] = i >= 0 && i < table_rows ? i : -1;
+  }
+  return keys;
+}
+
+void gate_residual_backward_model(DType dtype, const void* grad, const void* gate, int64_t table_stride,
+                                  const std::vector<int64_t>& keys, int64_t table_rows, const void* y, int64_t rows,
+                                  int64_t hidden, void* d_y, void* d_gate) {
+  const int64_t seq = static_cast<int64_t>(keys.size());
+  with_storage(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if (d_y)
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t k = keys[r % seq];
+        if (k < 0) continue;
+        for (int64_t j = 0; j < hidden; ++j)
+          put(dtype, d_y, r * hidden + j, xj::mul(at<T>(grad, r * hidden + j), at<T>(gate, k * table_stride + j)));
+      }
+    if (d_gate)
+      segment_sums(
+          segment_plan_model(keys, table_rows, rows / seq), table_rows, hidden,
+          [&](int64_t r, int64_t j) { return xj::mul(at<T>(grad, r * hidden + j), at<T>(y, r * hidden + j)); },
+          [&](int64_t k, int64_t j, float v) { put(dtype, d_gate, k * hidden + j, v); });
+  });
+}
+
+void rms_norm_dx_row_model(DType dtype, const void* grad_row, const void* x_row, const void* weight,
+                           const void* scale_row, int64_t hidden, float rstd, void* dx_row) {
+  with_storage(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto wd = [&](int64_t j) {
+      float d = at<T>(grad_row, j);
+      if (scale_row) d = xj::mul(d, xj::to_float(xj::round_to<T>(xj::add(1.0f, at<T>(scale_row, j)))));
+      if (weight) d = xj::mul(at<T>(weight, j), d);
+      return d;
+    };
+    const float dot = block_fma_reduce_model(hidden, [&](int64_t j, float& a, float& b) {
+      a = wd(j);
+      b = at<T>(x_row, j);
+    });
+    const float coef = xj::div(xj::mul(xj::mul(xj::mul(rstd, rstd), rstd), dot), static_cast<float>(hidden));
+    for (int64_t j = 0; j < hidden; ++j)
+      put(dtype, dx_row, j, xj::sub(xj::mul(rstd, wd(j)), xj::mul(at<T>(x_row, j), coef)));
+  });
+}
+
+void rms_norm_table_grads_model(DType dtype, const void* grad, const void* x, const void* weight, const float* rstd,
+                                const std::vector<int64_t>& keys, int64_t table_rows, int64_t rows, int64_t hidden,
+                                void* dshift, void* dscale) {
+  const int64_t seq = static_cast<int64_t>(keys.size());
+  const SegmentPlanModel plan = segment_plan_model(keys, table_rows, rows / seq);
+  with_storage(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if (dshift)
+      segment_sums(
+          plan, table_rows, hidden, [&](int64_t r, int64_t j) { return at<T>(grad, r * hidden + j); },
+          [&](int64_t k, int64_t j, float v) { put(dtype, dshift, k * hidden + j, v); });
+    if (dscale)
+      segment_sums(
+          plan, table_rows, hidden,
+          [&](int64_t r, int64_t j) {
+            float n = xj::mul(rstd[r], at<T>(x, r * hidden + j));
+            if (weight) n = xj::mul(at<T>(weight, j), n);
+            return xj::mul(at<T>(grad, r * hidden + j), xj::to_float(xj::round_to<T>(n)));
+          },
+          [&](int64_t k, int64_t j, float v) { put(dtype, dscale, k * hidden + j, v); });
+  });
+}
+
+void rms_norm_weight_grad_model(DType dtype, const void* grad, const void* x, const void* scale, int64_t table_stride,
+                                const std::vector<int64_t>& keys, const float* rstd, int64_t rows, int64_t hidden,
+                                void* dweight) {
+  with_storage(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<float> fold(static_cast<size_t>(hidden), 0.0f), partial(static_cast<size_t>(hidden));
+    for (int64_t first = 0; first < rows; first += kTilePositions) {
+      std::fill(partial.begin(), partial.end(), 0.0f);
+      for (int64_t r = first; r < std::min(first + kTilePositions, rows); ++r) {
+        const int64_t k = scale ? keys[r % static_cast<int64_t>(keys.size())] : 0;
+        if (k < 0) continue;
+        for (int64_t j = 0; j < hidden; ++j) {
+          float d = at<T>(grad, r * hidden + j);
+          if (scale) d = xj::mul(d, xj::to_float(xj::round_to<T>(xj::add(1.0f, at<T>(scale, k * table_stride + j)))));
+          partial[j] = xj::add(partial[j], xj::mul(d, xj::mul(rstd[r], at<T>(x, r * hidden + j))));
+        }
+      }
+      for (int64_t j = 0; j < hidden; ++j) fold[j] = xj::add(fold[j], partial[j]);
+    }
+    for (int64_t j = 0; j < hidden; ++j) put(dtype, dweight, j, fold[j]);
+  });
+}
+
+void adaln_row_gather_backward_model(DType dtype, DType out_dtype, const void* grad, const std::vector<int64_t>& keys,
+                                     int64_t table_rows, int64_t hidden, void* d_rows) {
+  const int64_t seq = static_cast<int64_t>(keys.size());
+  with_storage(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    segment_sums(
+        segment_plan_model(keys, table_rows, 1), table_rows, 6 * hidden,
+        [&](int64_t s, int64_t column) {
+          const int64_t c = column / hidden, j = column % hidden;
+          return at<T>(grad, (c * seq + s) * hidden + j);
+        },
+        [&](int64_t k, int64_t column, float v) { put(out_dtype, d_rows, k * 6 * hidden + column, v); });
+  });
+}
+
+}  // namespace exactjit

@@ -1,0 +1,44 @@
+// exactjit host model of the rms_norm kernels' row reduction (NUMERICS.md), shared by the forward
+// (sum of squares) and backward (dot of w * d_n with x) models: 128 threads over 4-element
+// vectors v = t, t+128, ... with one fma chain each, the warps' shfl_down tree, then
+// (w0 + w2) + (w1 + w3).
+#pragma once
+
+#include "templates/numerics.cuh"
+
+#include <cstdint>
+#include <cstring>
+
+namespace exactjit {
+
+/// fma.rn.f32 as the GPU computes it: one rounding, canonical NaN.
+inline float fma_model(float a, float b, float c) { return xj::canonical_nan_model(__builtin_fmaf(a, b, c)); }
+
+/// The block's total of fma(a_j, b_j, s) over the row, `pair(j, a, b)` giving element j's factors.
+template <typename Pair> float block_fma_reduce_model(int64_t hidden, Pair pair) {
+  constexpr int kThreads = 128, kLanes = 32;
+  float warp_totals[kThreads / kLanes];
+  for (int w = 0; w < kThreads / kLanes; ++w) {
+    float lanes[kLanes];
+    for (int lane = 0; lane < kLanes; ++lane) {  // each thread's fma chain
+      float s = 0.0f;
+      for (int64_t v = w * kLanes + lane; v < hidden / 4; v += kThreads)
+        for (int e = 0; e < 4; ++e) {
+          float a = 0, b = 0;
+          pair(4 * v + e, a, b);
+          s = fma_model(a, b, s);
+        }
+      lanes[lane] = s;
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {  // shfl_down tree (lanes past 31 read themselves)
+      float next[kLanes];
+      for (int lane = 0; lane < kLanes; ++lane)
+        next[lane] = xj::add(lanes[lane], lanes[lane + offset < kLanes ? lane + offset : lane]);
+      std::memcpy(lanes, next, sizeof lanes);
+    }
+    warp_totals[w] = lanes[0];
+  }
+  return xj::add(xj::add(warp_totals[0], warp_totals[2]), xj::add(warp_totals[1], warp_totals[3]));
+}
+
+}  // namespace exactjit

@@ -8,6 +8,12 @@ is imported by the first op. Set EXACTJIT_LIBRARY to pick a library explicitly.
     import exactjit
     out = exactjit.gate_residual(residual, table_view, index, y)  # on the current stream
     exactjit.synchronize()  # raises exactjit.BadIndexError if an index was out of range
+
+Autograd: with grad mode on and an input that requires grad, the ops are differentiable
+(torch.autograd.Functions whose backward runs exactjit's deterministic backward kernels); gradients
+reach AdaLN tables through the views the ops are given. Otherwise they call the forward directly.
+The backward kernels are also callable on their own: Runtime.gate_residual_backward,
+rms_norm_backward, adaln_row_gather_backward, timestep_sinusoid_backward.
 """
 import threading
 
@@ -52,24 +58,26 @@ def runtime():
 
 
 def gate_residual(residual, gate, index, y, *, out=None):
-    """out = residual + gate.index_select(0, index) * y, bit for bit; see Runtime.gate_residual."""
+    """out = residual + gate.index_select(0, index) * y, bit for bit; see Runtime.gate_residual.
+    Differentiable in residual, gate and y (out= only without autograd)."""
     return runtime().gate_residual(residual, gate, index, y, out=out)
 
 
 def adaln_row_gather(rows, timestep_indices, token_tags):
     """The six (S, H) AdaLN chunks rows[ti * 3 + tag, cH:(c+1)H], bit for bit; see
-    Runtime.adaln_row_gather."""
+    Runtime.adaln_row_gather. Differentiable in rows."""
     return runtime().adaln_row_gather(rows, timestep_indices, token_tags)
 
 
 def rms_norm(x, weight, eps, shift=None, scale=None, index=None, return_rstd=False):
-    """PyTorch's RMSNorm (optionally AdaLN-modulated), bit for bit; see Runtime.rms_norm."""
+    """PyTorch's RMSNorm (optionally AdaLN-modulated), bit for bit; see Runtime.rms_norm.
+    Differentiable in x, weight, shift and scale (rstd is not)."""
     return runtime().rms_norm(x, weight, eps, shift=shift, scale=scale, index=index, return_rstd=return_rstd)
 
 
 def timestep_sinusoid(t, num_channels=256, max_period=10000, flip_sin_to_cos=True, downscale_freq_shift=0,
                       scale=1.0, check_range=False):
-    """diffusers get_timestep_embedding, bit for bit; see Runtime.timestep_sinusoid."""
+    """diffusers get_timestep_embedding, bit for bit; see Runtime.timestep_sinusoid. Differentiable in t."""
     return runtime().timestep_sinusoid(t, num_channels, max_period, flip_sin_to_cos, downscale_freq_shift, scale,
                                        check_range)
 

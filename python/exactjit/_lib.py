@@ -11,11 +11,14 @@ this works on a machine without a GPU. Where the library is looked for, first hi
 
 A candidate file that exists but fails to load is an error at once rather than a reason to try
 the next one, so a broken build is never hidden by an older library elsewhere.
+
+Every entry point is declared from SIGNATURES. The backward entry points are OPTIONAL: a library
+built before them still imports, and function(name) raises UnavailableError for the one missing.
 """
 import ctypes
 import os
 
-from ._errors import error_for
+from ._errors import Status, error_for
 
 LIBRARY_NAME = "libexactjit.so"
 ENV_LIBRARY = "EXACTJIT_LIBRARY"
@@ -64,27 +67,62 @@ def _load():
         f"\nBuild it (cmake --build build) or set {ENV_LIBRARY} to its full path.")
 
 
+c_int, c_void_p, c_char_p, c_double, c_longlong = (ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p,
+                                                  ctypes.c_double, ctypes.c_longlong)
+_tensor = c_void_p  # const DLTensor*: addresses from _dlpack.pack(); NULL (None) where optional
+
+# Every entry point of include/exactjit/exactjit.h with its C signature: name -> (restype,
+# argtypes). tests/python/test_binding_cpu.py checks this table against the header.
+SIGNATURES = {
+    "xj_version": (c_char_p, []),
+    "xj_last_error": (c_char_p, []),
+    "xj_runtime_create": (c_int, [ctypes.POINTER(RuntimeOptions), ctypes.POINTER(c_void_p)]),
+    "xj_runtime_destroy": (None, [c_void_p]),
+    "xj_gate_residual": (c_int, [c_void_p, _tensor, _tensor, _tensor, _tensor, _tensor, c_void_p]),
+    "xj_adaln_row_gather": (c_int, [c_void_p, _tensor, _tensor, _tensor, _tensor, c_void_p]),
+    "xj_timestep_sinusoid": (c_int, [c_void_p, _tensor, _tensor, c_double, c_int, c_double, c_double, c_int,
+                                     c_void_p]),
+    "xj_rms_norm": (c_int, [c_void_p, _tensor, _tensor, _tensor, _tensor, _tensor, _tensor, _tensor, c_double,
+                            c_void_p]),
+    "xj_synchronize": (c_int, [c_void_p, c_int, c_void_p]),
+    # Backward passes. (rows M, seq S, table_rows R, hidden H) -> bytes, -1 for invalid shapes.
+    "xj_gate_residual_backward_workspace_bytes": (c_longlong, [c_longlong] * 4),
+    # runtime, grad, gate, index, y, d_y, d_gate, workspace, stream
+    "xj_gate_residual_backward": (c_int, [c_void_p] + [_tensor] * 7 + [c_void_p]),
+    # rows, seq, table_rows, hidden, weighted
+    "xj_rms_norm_backward_workspace_bytes": (c_longlong, [c_longlong] * 4 + [c_int]),
+    # runtime, grad, x, weight, scale, index, rstd, dx, dweight, dshift, dscale, workspace, stream
+    "xj_rms_norm_backward": (c_int, [c_void_p] + [_tensor] * 11 + [c_void_p]),
+    # seq, table_rows, hidden
+    "xj_adaln_row_gather_backward_workspace_bytes": (c_longlong, [c_longlong] * 3),
+    # runtime, grad, timestep_indices, token_tags, d_rows, workspace, stream
+    "xj_adaln_row_gather_backward": (c_int, [c_void_p] + [_tensor] * 5 + [c_void_p]),
+    # runtime, t, grad, d_t, max_period, flip_sin_to_cos, downscale_freq_shift, scale, stream
+    "xj_timestep_sinusoid_backward": (c_int, [c_void_p, _tensor, _tensor, _tensor, c_double, c_int, c_double,
+                                              c_double, c_void_p]),
+}
+
+# Entry points a library may lack (it predates them): the import still works and only the ops
+# that need them raise (function()). Everything else missing is an ImportError at once.
+OPTIONAL = frozenset({
+    "xj_gate_residual_backward_workspace_bytes", "xj_gate_residual_backward",
+    "xj_rms_norm_backward_workspace_bytes", "xj_rms_norm_backward",
+    "xj_adaln_row_gather_backward_workspace_bytes", "xj_adaln_row_gather_backward",
+    "xj_timestep_sinusoid_backward",
+})
+
+missing = set()  # OPTIONAL entry points this library lacks
+
+
 def _declare(lib):
     """Gives every entry point its C signature, so ctypes converts and checks arguments."""
-    c_int, c_void_p, c_char_p = ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p
-    tensor = c_void_p  # const DLTensor*: addresses from _dlpack.pack()
-    signatures = {
-        "xj_version": (c_char_p, []),
-        "xj_last_error": (c_char_p, []),
-        "xj_runtime_create": (c_int, [ctypes.POINTER(RuntimeOptions), ctypes.POINTER(c_void_p)]),
-        "xj_runtime_destroy": (None, [c_void_p]),
-        "xj_gate_residual": (c_int, [c_void_p, tensor, tensor, tensor, tensor, tensor, c_void_p]),
-        "xj_adaln_row_gather": (c_int, [c_void_p, tensor, tensor, tensor, tensor, c_void_p]),
-        "xj_timestep_sinusoid": (c_int, [c_void_p, tensor, tensor, ctypes.c_double, c_int, ctypes.c_double,
-                                         ctypes.c_double, c_int, c_void_p]),
-        "xj_rms_norm": (c_int, [c_void_p, tensor, tensor, tensor, tensor, tensor, tensor, tensor,
-                                ctypes.c_double, c_void_p]),
-        "xj_synchronize": (c_int, [c_void_p, c_int, c_void_p]),
-    }
-    for name, (restype, argtypes) in signatures.items():
+    for name, (restype, argtypes) in SIGNATURES.items():
         try:
             fn = getattr(lib, name)
         except AttributeError:
+            if name in OPTIONAL:
+                missing.add(name)
+                continue
             raise ImportError(
                 f"exactjit: {library_path} lacks {name}; is it an older build?") from None
         fn.restype, fn.argtypes = restype, argtypes
@@ -92,6 +130,15 @@ def _declare(lib):
 
 lib, library_path = _load()
 _declare(lib)
+
+
+def function(name):
+    """The declared entry point `name`. An OPTIONAL one this library lacks raises
+    UnavailableError naming it and the library (the build predates it), not AttributeError."""
+    if name in missing:
+        raise error_for(Status.UNAVAILABLE, f"exactjit: {library_path} lacks {name} (it predates the "
+                                            "backward ops); rebuild libexactjit.so")
+    return getattr(lib, name)
 
 
 def last_error():

@@ -5,10 +5,19 @@ the tensors' device, so they order with the surrounding PyTorch work exactly lik
 They return at once; an out-of-range index found by a kernel is reported by synchronize(), not by
 the op (unless the runtime checks after each launch).
 
+Autograd: when grad mode is on and an input requires grad, an op runs as a torch.autograd.Function
+(_autograd.py) whose backward calls the *_backward methods below; otherwise it calls the forward
+directly, with no autograd bookkeeping. The *_backward methods are also usable on their own: they
+take the forward's inputs (or what the forward saved) and the upstream gradient, and compute only
+the gradients asked for. A reducing backward gets its workspace from torch's caching allocator on
+the current stream, sized by the library's *_workspace_bytes function, once per call (see
+_workspace).
+
 torch is imported on the first op call, never at import time: `import exactjit` must work on a
 machine without torch or a GPU.
 """
 import ctypes
+import operator
 import os
 import sys
 
@@ -21,6 +30,9 @@ _current_stream = None  # device index -> CUstream of torch's current stream the
 _GATE_RESIDUAL_ARGS = ("residual", "gate", "index", "y", "out")
 _ADALN_ROW_GATHER_ARGS = ("rows", "timestep_indices", "token_tags", "out")
 _RMS_NORM_ARGS = ("x", "weight", "shift", "scale", "index", "out", "rstd")
+_RMS_NORM_BACKWARD_ARGS = ("grad", "x", "weight", "scale", "index", "rstd", "dx", "dweight", "dshift", "dscale",
+                           "workspace")
+_autograd_module = None
 
 
 def _import_torch():
@@ -34,6 +46,57 @@ def _import_torch():
         _current_stream = raw or (lambda device: torch.cuda.current_stream(device).cuda_stream)
         _torch = torch
     return _torch
+
+
+def _autograd():
+    """_autograd.py, imported on the first op that needs it (it imports torch at its top)."""
+    global _autograd_module
+    if _autograd_module is None:
+        from . import _autograd
+        _autograd_module = _autograd
+    return _autograd_module
+
+
+def _require_tensors(torch, op, **tensors):
+    for name, value in tensors.items():
+        if not isinstance(value, torch.Tensor):
+            raise invalid_argument(f"{op}: {name} must be a torch.Tensor, got {type(value).__name__}")
+
+
+def _count(op, name, value):
+    """A shape count for a *_workspace_bytes query: an int (bools and numpy ints too), else TypeError."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{op}: {name} must be an int, got {type(value).__name__}") from None
+
+
+def _workspace_bytes(function, **counts):
+    """Calls the library's `function`(*counts) -> bytes; -1 (invalid shapes) raises ValueError."""
+    op = function[3:]  # without the xj_ prefix
+    values = [_count(op, name, value) for name, value in counts.items()]
+    nbytes = _lib.function(function)(*values)
+    if nbytes < 0:
+        shapes = ", ".join(f"{name}={value}" for name, value in zip(counts, values))
+        raise ValueError(f"{op}: invalid shapes ({shapes}); {function} returned {nbytes}")
+    return int(nbytes)
+
+
+def _workspace(torch, op, function, device, **counts):
+    """A fresh uint8 workspace of the bytes `function` asks for, from torch's caching allocator.
+
+    NOTE: one allocation per backward call, on the current stream, freed (to the cache) when the
+    call returns. The caching allocator makes this about as cheap as a pointer bump after the first
+    call, it stays ordered with our kernels because both use the current stream, and under CUDA
+    graph capture it comes from the graph's private pool, so capture needs nothing special. At
+    least one byte, so the library never sees a NULL data pointer. Invalid shapes (-1) become an
+    InvalidArgumentError naming the op, like every other argument error of an op.
+    """
+    try:
+        nbytes = _workspace_bytes(function, **counts)
+    except ValueError as e:
+        raise invalid_argument(f"{op}: {e}") from None
+    return torch.empty((max(nbytes, 1),), dtype=torch.uint8, device=device)
 
 
 def _tristate(value):
@@ -108,25 +171,29 @@ class Runtime:
         index: (S,) int32 or int64 on the same device; values must lie in [0, R). A bad value is
         not an error here: the kernel records it and synchronize() raises BadIndexError.
         out: optional destination like residual; by default a new contiguous tensor.
-        The library checks every rule and names the one broken (InvalidArgumentError). There is
-        no backward yet, so inputs that require grad are refused while grad mode is on rather
-        than silently cut from the graph.
+        The library checks every rule and names the one broken (InvalidArgumentError).
+        Differentiable in residual, gate (through the view: the table gets the gradient) and y
+        when grad mode is on; out= is refused then, as torch refuses out= under autograd.
         """
         torch = _import_torch()
-        for name, value in (("residual", residual), ("gate", gate), ("index", index), ("y", y)):
-            if not isinstance(value, torch.Tensor):
-                raise invalid_argument(
-                    f"gate_residual: {name} must be a torch.Tensor, got {type(value).__name__}")
-        if out is None:
-            out = torch.empty_like(residual, memory_format=torch.contiguous_format)
-        elif not isinstance(out, torch.Tensor):
+        _require_tensors(torch, "gate_residual", residual=residual, gate=gate, index=index, y=y)
+        if out is not None and not isinstance(out, torch.Tensor):
             raise invalid_argument(
                 f"gate_residual: out must be a torch.Tensor, got {type(out).__name__}")
-        if torch.is_grad_enabled() and (residual.requires_grad or gate.requires_grad
-                                        or y.requires_grad):
-            raise invalid_argument(
-                "gate_residual: an input requires grad but exactjit has no backward for this op "
-                "yet; call it under torch.no_grad() / torch.inference_mode() or detach the inputs")
+        if torch.is_grad_enabled() and (residual.requires_grad or gate.requires_grad or y.requires_grad):
+            if out is not None:
+                raise invalid_argument(
+                    "gate_residual: out= is not differentiable; an input requires grad, so leave out "
+                    "unset, or call it under torch.no_grad()")
+            _lib.function("xj_gate_residual_backward")  # an older library: refuse now, not in backward
+            return _autograd().GateResidual.apply(self, residual, gate, index, y)
+        return self._gate_residual(residual, gate, index, y, out)
+
+    def _gate_residual(self, residual, gate, index, y, out):
+        """The forward alone: no argument checks beyond the library's, no autograd."""
+        torch = _torch
+        if out is None:
+            out = torch.empty_like(residual, memory_format=torch.contiguous_format)
         stream = _current_stream(residual.get_device()) if residual.is_cuda else None
         # `packed` owns the DLTensors and their shape arrays: it must outlive the call.
         packed, tensors = pack(torch, "gate_residual", _GATE_RESIDUAL_ARGS,
@@ -165,20 +232,28 @@ class Runtime:
         (S,) of one integer type (int32 or int64). Returns a tuple of six (S, H) tensors (shift_msa,
         scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp), views of one (6, S, H) tensor.
         Out-of-range indices are checked before they are combined; synchronize() reports them.
+        Differentiable in rows when grad mode is on: the (6, S, H) tensor is the autograd op's
+        output and the six chunks are its unbind(0), so autograd stacks their gradients (zeros for
+        an unused chunk) into the one (6, S, H) gradient the backward takes. As with any unbind
+        output, the chunks cannot then be modified in place.
         """
         torch = _import_torch()
-        for name, value in (("rows", rows), ("timestep_indices", timestep_indices), ("token_tags", token_tags)):
-            if not isinstance(value, torch.Tensor):
-                raise invalid_argument(
-                    f"adaln_row_gather: {name} must be a torch.Tensor, got {type(value).__name__}")
-        if torch.is_grad_enabled() and rows.requires_grad:
-            raise invalid_argument(
-                "adaln_row_gather: rows requires grad but exactjit has no backward for this op yet; "
-                "call it under torch.no_grad() / torch.inference_mode() or detach the inputs")
+        _require_tensors(torch, "adaln_row_gather", rows=rows, timestep_indices=timestep_indices,
+                         token_tags=token_tags)
         if rows.dim() != 2 or rows.shape[1] % 6 != 0 or timestep_indices.dim() != 1:
             raise invalid_argument(
                 f"adaln_row_gather: rows must be (3T, 6H) and timestep_indices (S,) "
                 f"(got {tuple(rows.shape)} and {tuple(timestep_indices.shape)})")
+        if torch.is_grad_enabled() and rows.requires_grad:
+            _lib.function("xj_adaln_row_gather_backward")
+            out = _autograd().AdalnRowGather.apply(self, rows, timestep_indices, token_tags)
+        else:
+            out = self._adaln_row_gather(rows, timestep_indices, token_tags)
+        return tuple(out.unbind(0))
+
+    def _adaln_row_gather(self, rows, timestep_indices, token_tags):
+        """The forward alone: the (6, S, H) tensor."""
+        torch = _torch
         out = torch.empty((6, timestep_indices.shape[0], rows.shape[1] // 6), dtype=rows.dtype, device=rows.device)
         stream = _current_stream(rows.get_device()) if rows.is_cuda else None
         packed, tensors = pack(torch, "adaln_row_gather", _ADALN_ROW_GATHER_ARGS,
@@ -186,7 +261,7 @@ class Runtime:
         status = _lib.lib.xj_adaln_row_gather(self._live(), *tensors, stream)
         del packed
         _lib.check(status, "xj_adaln_row_gather")
-        return tuple(out.unbind(0))
+        return out
 
     def rms_norm(self, x, weight, eps, shift=None, scale=None, index=None, return_rstd=False):
         """PyTorch's RMSNorm bit for bit (`F.rms_norm(x, (H,), weight, eps)`), optionally with
@@ -197,6 +272,9 @@ class Runtime:
         FLT_EPSILON, as PyTorch). shift, scale: (R, H) table views with one row stride, index:
         (S,) int32/int64 shared across the batch (all three or none). Returns out, or
         (out, rstd) with the fp32 rstd of every row when return_rstd.
+        Differentiable in x, weight, shift and scale (through their views) when grad mode is on;
+        rstd is then a non-differentiable output, and the forward always computes it (the
+        backward needs it).
         """
         torch = _import_torch()
         if not isinstance(x, torch.Tensor):
@@ -205,12 +283,17 @@ class Runtime:
         for name, value in optional.items():
             if value is not None and not isinstance(value, torch.Tensor):
                 raise invalid_argument(f"rms_norm: {name} must be a torch.Tensor or None, got {type(value).__name__}")
-        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, shift, scale)):
-            raise invalid_argument(
-                "rms_norm: an input requires grad but exactjit has no backward for this op yet; call it "
-                "under torch.no_grad() / torch.inference_mode() or detach the inputs")
         if eps is None:
             eps = torch.finfo(torch.float32).eps
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, shift, scale)):
+            _lib.function("xj_rms_norm_backward")
+            out, rstd = _autograd().RmsNorm.apply(self, x, weight, eps, shift, scale, index)
+            return (out, rstd) if return_rstd else out
+        return self._rms_norm(x, weight, eps, shift, scale, index, return_rstd)
+
+    def _rms_norm(self, x, weight, eps, shift, scale, index, return_rstd):
+        """The forward alone (eps already resolved)."""
+        torch = _torch
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
         rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if return_rstd else None
         present = [(n, t) for n, t in zip(_RMS_NORM_ARGS, (x, weight, shift, scale, index, out, rstd)) if t is not None]
@@ -227,12 +310,24 @@ class Runtime:
         """diffusers `get_timestep_embedding(t, num_channels, flip_sin_to_cos, downscale_freq_shift,
         scale, max_period)`, bit for bit: t (T,) of any float dtype (cast with .float(), as diffusers
         does) -> (T, num_channels) float32. check_range: a t that is not finite or outside [0, 1]
-        (the H3 convention) is reported by synchronize()."""
+        (the H3 convention) is reported by synchronize().
+        Differentiable in t when grad mode is on (d_t is computed in float32 and cast to t's dtype)."""
         torch = _import_torch()
         if not isinstance(t, torch.Tensor):
             raise invalid_argument(f"timestep_sinusoid: t must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != 1:
             raise invalid_argument(f"timestep_sinusoid: t must be 1-D (T,), got shape {tuple(t.shape)}")
+        if torch.is_grad_enabled() and t.requires_grad:
+            _lib.function("xj_timestep_sinusoid_backward")
+            return _autograd().TimestepSinusoid.apply(self, t, num_channels, max_period, flip_sin_to_cos,
+                                                      downscale_freq_shift, scale, check_range)
+        return self._timestep_sinusoid(t, num_channels, max_period, flip_sin_to_cos, downscale_freq_shift, scale,
+                                       check_range)
+
+    def _timestep_sinusoid(self, t, num_channels, max_period, flip_sin_to_cos, downscale_freq_shift, scale,
+                           check_range):
+        """The forward alone."""
+        torch = _torch
         t = t.float().contiguous()
         out = torch.empty((t.shape[0], int(num_channels)), dtype=torch.float32, device=t.device)
         stream = _current_stream(t.get_device()) if t.is_cuda else None
@@ -243,3 +338,156 @@ class Runtime:
         del packed
         _lib.check(status, "xj_timestep_sinusoid")
         return out
+
+    # Backward passes (NUMERICS.md): deterministic, no host synchronisation, CUDA-graph safe. Each
+    # launches on torch's current stream of the tensors' device and returns at once; a bad index
+    # is reported by synchronize(), like the forwards'. The library checks every argument rule.
+
+    @staticmethod
+    def gate_residual_backward_workspace_bytes(rows, seq, table_rows, hidden):
+        """Workspace bytes of gate_residual_backward for M = rows rows of y, index length S = seq,
+        R = table_rows gate rows and hidden size H. ValueError for shapes the library calls
+        invalid (it returns -1); TypeError for a count that is not an int."""
+        return _workspace_bytes("xj_gate_residual_backward_workspace_bytes", rows=rows, seq=seq,
+                                table_rows=table_rows, hidden=hidden)
+
+    @staticmethod
+    def rms_norm_backward_workspace_bytes(rows, seq, table_rows, hidden, weighted):
+        """Workspace bytes of rms_norm_backward: M rows of x, index length S, R rows of
+        shift/scale (0 for the plain norm), H, and whether the forward had a weight."""
+        return _workspace_bytes("xj_rms_norm_backward_workspace_bytes", rows=rows, seq=seq, table_rows=table_rows,
+                                hidden=hidden, weighted=int(bool(weighted)))
+
+    @staticmethod
+    def adaln_row_gather_backward_workspace_bytes(seq, table_rows, hidden):
+        """Workspace bytes of adaln_row_gather_backward: S positions, R = 3T rows, H."""
+        return _workspace_bytes("xj_adaln_row_gather_backward_workspace_bytes", seq=seq, table_rows=table_rows,
+                                hidden=hidden)
+
+    def gate_residual_backward(self, grad, gate, index, y, *, need_d_y=True, need_d_gate=True):
+        """Gradients of out = residual + gate[index[r mod S]] * y for the upstream `grad` (like y):
+        returns (d_y, d_gate), each None when not asked for. d_y = rT(grad * gate[i]), like y,
+        bitwise equal to eager's VJP; d_gate (R, H) contiguous in the gate's dtype, the fixed-order
+        fp32 segment sums of grad * y with one rounding. d_residual is grad itself (not computed).
+        gate, index, y: the forward's (gate may be the strided table view)."""
+        fn = _lib.function("xj_gate_residual_backward")
+        torch = _import_torch()
+        op = "gate_residual_backward"
+        _require_tensors(torch, op, grad=grad, gate=gate, index=index, y=y)
+        if not (need_d_y or need_d_gate):
+            return None, None
+        grad = grad.contiguous()
+        d_y = torch.empty_like(y, memory_format=torch.contiguous_format) if need_d_y else None
+        d_gate = torch.empty(tuple(gate.shape), dtype=gate.dtype, device=gate.device) if need_d_gate else None
+        hidden = y.shape[-1] if y.dim() >= 1 else 0
+        workspace = _workspace(torch, op, "xj_gate_residual_backward_workspace_bytes", grad.device,
+                               rows=y.numel() // hidden if hidden else 0, seq=index.shape[0] if index.dim() == 1 else 0,
+                               table_rows=gate.shape[0] if gate.dim() == 2 else 0, hidden=hidden)
+        names = ("grad", "gate", "index", "y", "d_y", "d_gate", "workspace")
+        present = [(n, t) for n, t in zip(names, (grad, gate, index, y, d_y, d_gate, workspace)) if t is not None]
+        stream = _current_stream(grad.get_device()) if grad.is_cuda else None
+        packed, addresses = pack(torch, op, [n for n, _ in present], [t for _, t in present])
+        by_name = dict(zip((n for n, _ in present), addresses))
+        status = fn(self._live(), *(by_name.get(n) for n in names), stream)
+        del packed
+        _lib.check(status, "xj_gate_residual_backward")
+        return d_y, d_gate
+
+    def rms_norm_backward(self, grad, x, weight, rstd, *, scale=None, index=None, need_dx=True, need_dweight=None,
+                          need_dshift=None, need_dscale=None):
+        """Gradients of rms_norm (plain, or modulated when scale and index are given) for the upstream
+        `grad` (like x): returns (dx, dweight, dshift, dscale), each None when not asked for.
+
+        x, weight (or None), scale, index: the forward's (the shift is not needed); rstd: the fp32
+        rstd the forward returned (return_rstd=True), one per row of x. need_dweight defaults to
+        "weight is given", need_dshift and need_dscale to "modulated". dx like x; dweight (H,) in
+        the weight's dtype; dshift, dscale (R, H) contiguous in the table's dtype (scale's), to be
+        scattered into the table through the shift/scale views by the caller (autograd does it).
+        Deterministic and batch-invariant in dx; not claimed bitwise equal to eager."""
+        fn = _lib.function("xj_rms_norm_backward")
+        torch = _import_torch()
+        op = "rms_norm_backward"
+        _require_tensors(torch, op, grad=grad, x=x, rstd=rstd)
+        for name, value in (("weight", weight), ("scale", scale), ("index", index)):
+            if value is not None and not isinstance(value, torch.Tensor):
+                raise invalid_argument(f"{op}: {name} must be a torch.Tensor or None, got {type(value).__name__}")
+        modulated = scale is not None or index is not None
+        need_dweight = weight is not None if need_dweight is None else bool(need_dweight)
+        need_dshift = modulated if need_dshift is None else bool(need_dshift)
+        need_dscale = modulated if need_dscale is None else bool(need_dscale)
+        if need_dweight and weight is None:
+            raise invalid_argument(f"{op}: dweight asked for but the forward had no weight")
+        if (need_dshift or need_dscale) and scale is None:
+            raise invalid_argument(f"{op}: dshift/dscale asked for but scale and index were not given "
+                                   "(the plain norm has no table)")
+        if not (need_dx or need_dweight or need_dshift or need_dscale):
+            return None, None, None, None
+        grad = grad.contiguous()
+        rstd = rstd.reshape(-1)  # (M,), as the C ABI documents it
+        hidden = x.shape[-1] if x.dim() >= 1 else 0
+        rows = x.numel() // hidden if hidden else 0
+        table_rows = (scale.shape[0] if scale.dim() == 2 else 0) if scale is not None else 0
+        seq = (index.shape[0] if index.dim() == 1 else 0) if index is not None else 1  # plain: S = 1, as the forward
+        dx = torch.empty_like(x, memory_format=torch.contiguous_format) if need_dx else None
+        dweight = torch.empty((hidden,), dtype=weight.dtype, device=weight.device) if need_dweight else None
+        dshift = torch.empty((table_rows, hidden), dtype=scale.dtype, device=scale.device) if need_dshift else None
+        dscale = torch.empty((table_rows, hidden), dtype=scale.dtype, device=scale.device) if need_dscale else None
+        workspace = _workspace(torch, op, "xj_rms_norm_backward_workspace_bytes", grad.device, rows=rows, seq=seq,
+                               table_rows=table_rows, hidden=hidden, weighted=int(weight is not None))
+        tensors = (grad, x, weight, scale, index, rstd, dx, dweight, dshift, dscale, workspace)
+        present = [(n, t) for n, t in zip(_RMS_NORM_BACKWARD_ARGS, tensors) if t is not None]
+        stream = _current_stream(grad.get_device()) if grad.is_cuda else None
+        packed, addresses = pack(torch, op, [n for n, _ in present], [t for _, t in present])
+        by_name = dict(zip((n for n, _ in present), addresses))
+        status = fn(self._live(), *(by_name.get(n) for n in _RMS_NORM_BACKWARD_ARGS), stream)
+        del packed
+        _lib.check(status, "xj_rms_norm_backward")
+        return dx, dweight, dshift, dscale
+
+    def adaln_row_gather_backward(self, grad, timestep_indices, token_tags, table_rows, *, dtype=None):
+        """Gradient of adaln_row_gather for the upstream grad (6, S, H) (made contiguous):
+        d_rows (table_rows, 6H) contiguous, per table row the fixed-order fp32 segment sum of the
+        positions that gathered it, rounded once to `dtype` (default grad's dtype, i.e. the rows';
+        torch.float32 keeps the fp32 sums, e.g. to feed a projection backward)."""
+        fn = _lib.function("xj_adaln_row_gather_backward")
+        torch = _import_torch()
+        op = "adaln_row_gather_backward"
+        _require_tensors(torch, op, grad=grad, timestep_indices=timestep_indices, token_tags=token_tags)
+        table_rows = _count(op, "table_rows", table_rows)
+        if grad.dim() != 3 or grad.shape[0] != 6:
+            raise invalid_argument(f"{op}: grad must be (6, S, H), got shape {tuple(grad.shape)}")
+        grad = grad.contiguous()
+        seq, hidden = grad.shape[1], grad.shape[2]
+        d_rows = torch.empty((table_rows, 6 * hidden), dtype=grad.dtype if dtype is None else dtype,
+                             device=grad.device)
+        workspace = _workspace(torch, op, "xj_adaln_row_gather_backward_workspace_bytes", grad.device, seq=seq,
+                               table_rows=table_rows, hidden=hidden)
+        stream = _current_stream(grad.get_device()) if grad.is_cuda else None
+        packed, tensors = pack(torch, op, ("grad", "timestep_indices", "token_tags", "d_rows", "workspace"),
+                               (grad, timestep_indices, token_tags, d_rows, workspace))
+        status = fn(self._live(), *tensors, stream)
+        del packed
+        _lib.check(status, "xj_adaln_row_gather_backward")
+        return d_rows
+
+    def timestep_sinusoid_backward(self, t, grad, max_period=10000, flip_sin_to_cos=True, downscale_freq_shift=0,
+                                   scale=1.0):
+        """Gradient of timestep_sinusoid for the upstream grad (T, C) float32: d_t (T,) float32, the
+        sum over the C channels of grad times d out / d t in a fixed order. t and the parameters are
+        the forward's (t is cast with .float() as the forward does; the caller casts d_t back)."""
+        fn = _lib.function("xj_timestep_sinusoid_backward")
+        torch = _import_torch()
+        op = "timestep_sinusoid_backward"
+        _require_tensors(torch, op, t=t, grad=grad)
+        if t.dim() != 1:
+            raise invalid_argument(f"{op}: t must be 1-D (T,), got shape {tuple(t.shape)}")
+        t = t.float().contiguous()
+        grad = grad.contiguous()
+        d_t = torch.empty((t.shape[0],), dtype=torch.float32, device=t.device)
+        stream = _current_stream(t.get_device()) if t.is_cuda else None
+        packed, tensors = pack(torch, op, ("t", "grad", "d_t"), (t, grad, d_t))
+        status = fn(self._live(), *tensors, float(max_period), int(bool(flip_sin_to_cos)),
+                    float(downscale_freq_shift), float(scale), stream)
+        del packed
+        _lib.check(status, "xj_timestep_sinusoid_backward")
+        return d_t

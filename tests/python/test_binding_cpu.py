@@ -1,11 +1,18 @@
 #!/usr/bin/env python3
 """The Python binding on a machine without torch or a GPU (CI): import loads only the library,
 the C ABI's status codes become the right exception classes with the library's message, and a
-bad EXACTJIT_LIBRARY is an ImportError that names it. Run by ctest; exits non-zero on failure."""
+bad EXACTJIT_LIBRARY is an ImportError that names it. The ctypes declarations are checked against
+include/exactjit/exactjit.h, and the backward entry points either work as declared or, in a
+library that predates them, are reported by name. Tests that need torch or the backward entry
+points skip without them. Run by ctest; exits non-zero on failure."""
+import ctypes
+import importlib.util
 import os
+import re
 import subprocess
 import sys
 import unittest
+from unittest import mock
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "python"))
@@ -13,12 +20,64 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 import exactjit  # noqa: E402
 from exactjit import _lib  # noqa: E402
 
+# What `import exactjit` itself loaded, before any test (one may import torch) runs.
+LOADED_BY_IMPORT = {name for name in ("torch", "exactjit._autograd") if name in sys.modules}
+
+HEADER = os.path.join(REPO, "include", "exactjit", "exactjit.h")
+BACKWARD = ("xj_gate_residual_backward", "xj_rms_norm_backward", "xj_adaln_row_gather_backward",
+            "xj_timestep_sinusoid_backward")
+WORKSPACE = ("xj_gate_residual_backward_workspace_bytes", "xj_rms_norm_backward_workspace_bytes",
+             "xj_adaln_row_gather_backward_workspace_bytes")
+
+
+def has_torch():
+    return importlib.util.find_spec("torch") is not None
+
+
+def header_functions():
+    """{name: (return type, [parameter types])} of every XJ_API function in exactjit.h, types
+    with the parameter names dropped and spaces normalised ("const DLTensor*", "long long")."""
+    with open(HEADER) as f:
+        text = re.sub(r"/\*.*?\*/", " ", f.read(), flags=re.S)
+    text = re.sub(r"\s+", " ", text)
+
+    def norm(c_type):
+        return re.sub(r"\s*\*", "*", c_type.strip())
+
+    functions = {}
+    for ret, name, params in re.findall(r"XJ_API ([\w\s*]+?) ?\b(xj_\w+) ?\(([^)]*)\)", text):
+        types = []
+        for param in params.split(","):
+            param = param.strip()
+            if param in ("", "void"):
+                continue
+            match = re.fullmatch(r"(.*?[\s*])(\w+)", param)
+            types.append(norm(match.group(1)))
+        functions[name] = (norm(ret), types)
+    return functions
+
+
+# How each C type of the header is declared to ctypes.
+C_TO_CTYPES = {
+    "void": None,
+    "const char*": ctypes.c_char_p,
+    "exactjit_status_t": ctypes.c_int,
+    "int": ctypes.c_int,
+    "double": ctypes.c_double,
+    "long long": ctypes.c_longlong,
+    "void*": ctypes.c_void_p,
+    "xj_runtime*": ctypes.c_void_p,
+    "const DLTensor*": ctypes.c_void_p,
+    "xj_runtime**": ctypes.POINTER(ctypes.c_void_p),
+    "const xj_runtime_options*": ctypes.POINTER(_lib.RuntimeOptions),
+}
+
 
 class BindingWithoutGpu(unittest.TestCase):
     def test_import_loads_the_library_only(self):
         self.assertEqual(exactjit.version(), "0.1.0")
         self.assertTrue(exactjit.library_path().endswith("libexactjit.so"))
-        self.assertNotIn("torch", sys.modules)
+        self.assertEqual(LOADED_BY_IMPORT, set(), "import exactjit must load neither torch nor _autograd")
 
     def test_runtime_lifecycle_and_unavailable_driver(self):
         with exactjit.Runtime(cache_dir="/tmp/exactjit-python-test", offline=True) as rt:
@@ -55,6 +114,184 @@ class BindingWithoutGpu(unittest.TestCase):
             # Checked before the driver is even loaded, so the message is the same on any machine.
             self.assertEqual(_lib.lib.xj_synchronize(rt.handle, 0, None), exactjit.Status.INVALID_ARGUMENT)
             self.assertIn("arch 'banana'", _lib.last_error())
+
+    def test_ctypes_signatures_match_the_header(self):
+        functions = header_functions()
+        self.assertGreaterEqual(len(functions), 16, "the header parser found too few functions")
+        self.assertEqual(set(functions), set(_lib.SIGNATURES), "declared entry points differ from exactjit.h")
+        for name, (ret, params) in functions.items():
+            restype, argtypes = _lib.SIGNATURES[name]
+            for c_type in [ret] + params:
+                self.assertIn(c_type, C_TO_CTYPES, f"{name}: no ctypes mapping for C type {c_type!r}")
+            self.assertEqual(restype, C_TO_CTYPES[ret], f"{name}: return type {ret}")
+            self.assertEqual(list(argtypes), [C_TO_CTYPES[t] for t in params], f"{name}: parameters {params}")
+
+    def test_backward_entry_points_are_optional_and_declared_when_present(self):
+        self.assertEqual(set(_lib.OPTIONAL), set(BACKWARD) | set(WORKSPACE))
+        for name in _lib.SIGNATURES:
+            present = hasattr(_lib.lib, name)
+            if name not in _lib.OPTIONAL:
+                self.assertTrue(present, name)
+            self.assertEqual(name in _lib.missing, not present, name)
+            if present:
+                fn = _lib.function(name)
+                restype, argtypes = _lib.SIGNATURES[name]
+                self.assertEqual(fn.restype, restype, name)
+                self.assertEqual(list(fn.argtypes), list(argtypes), name)
+            else:
+                with self.assertRaises(exactjit.UnavailableError) as caught:
+                    _lib.function(name)
+                self.assertEqual(caught.exception.code, exactjit.Status.UNAVAILABLE)
+                self.assertIn(name, str(caught.exception))
+
+    def test_backward_ops_on_a_library_without_them_name_the_missing_function(self):
+        missing = [name for name in BACKWARD if name in _lib.missing]
+        if not missing:
+            self.skipTest("this library has every backward entry point")
+        calls = {
+            "xj_gate_residual_backward": lambda rt: rt.gate_residual_backward(None, None, None, None),
+            "xj_rms_norm_backward": lambda rt: rt.rms_norm_backward(None, None, None, None),
+            "xj_adaln_row_gather_backward": lambda rt: rt.adaln_row_gather_backward(None, None, None, 9),
+            "xj_timestep_sinusoid_backward": lambda rt: rt.timestep_sinusoid_backward(None, None),
+        }
+        with exactjit.Runtime() as rt:
+            for name in missing:
+                with self.assertRaises(exactjit.UnavailableError, msg=name) as caught:
+                    calls[name](rt)
+                self.assertIn(name, str(caught.exception))
+
+    def test_workspace_queries_take_ints_only(self):
+        # Checked in Python before the library is asked, so this runs with or without the entry points.
+        queries = [
+            (exactjit.Runtime.gate_residual_backward_workspace_bytes, (131072, 131072, 9.0, 5376), "table_rows"),
+            (exactjit.Runtime.rms_norm_backward_workspace_bytes, ("131072", 131072, 9, 5376, True), "rows"),
+            (exactjit.Runtime.adaln_row_gather_backward_workspace_bytes, (131072, 9, None), "hidden"),
+        ]
+        for query, args, name in queries:
+            with self.assertRaises(TypeError) as caught:
+                query(*args)
+            self.assertIn(name, str(caught.exception))
+
+    def test_workspace_queries_pass_counts_in_order_and_minus_one_is_value_error(self):
+        # The Python layer alone, over a stand-in for the library function.
+        calls = []
+
+        def fake(result):
+            def function(name):
+                def call(*args):
+                    calls.append((name, args))
+                    return result
+                return call
+            return function
+
+        rt = exactjit.Runtime
+        with mock.patch.object(_lib, "function", fake(4096)):
+            self.assertEqual(rt.gate_residual_backward_workspace_bytes(262144, 131072, 9, 5376), 4096)
+            self.assertEqual(rt.rms_norm_backward_workspace_bytes(8, 4, 3, 64, True), 4096)
+            self.assertEqual(rt.rms_norm_backward_workspace_bytes(8, 1, 0, 64, None), 4096)
+            self.assertEqual(rt.adaln_row_gather_backward_workspace_bytes(7, 9, 5376), 4096)
+        self.assertEqual(calls, [
+            ("xj_gate_residual_backward_workspace_bytes", (262144, 131072, 9, 5376)),
+            ("xj_rms_norm_backward_workspace_bytes", (8, 4, 3, 64, 1)),
+            ("xj_rms_norm_backward_workspace_bytes", (8, 1, 0, 64, 0)),
+            ("xj_adaln_row_gather_backward_workspace_bytes", (7, 9, 5376)),
+        ])
+        with mock.patch.object(_lib, "function", fake(-1)):
+            for query, args in ((rt.gate_residual_backward_workspace_bytes, (10, 3, 9, 64)),
+                                (rt.rms_norm_backward_workspace_bytes, (10, 3, 9, 64, False)),
+                                (rt.adaln_row_gather_backward_workspace_bytes, (0, 9, 64))):
+                with self.assertRaises(ValueError) as caught:
+                    query(*args)
+                self.assertIn("invalid shapes", str(caught.exception))
+                self.assertIn(f"hidden={args[-2] if len(args) == 5 else args[-1]}", str(caught.exception))
+
+    def test_workspace_queries_in_the_library(self):
+        present = [name for name in WORKSPACE if name not in _lib.missing]
+        if not present:
+            self.skipTest("this library predates the backward workspace queries")
+        rt = exactjit.Runtime
+        good = {
+            "xj_gate_residual_backward_workspace_bytes":
+                lambda: rt.gate_residual_backward_workspace_bytes(2 * 131072, 131072, 9, 5376),
+            "xj_rms_norm_backward_workspace_bytes":
+                lambda: rt.rms_norm_backward_workspace_bytes(131072, 131072, 9, 5376, False),
+            "xj_adaln_row_gather_backward_workspace_bytes":
+                lambda: rt.adaln_row_gather_backward_workspace_bytes(131072, 9, 5376),
+        }
+        bad = {  # a negative count or a zero hidden size is never a valid shape
+            "xj_gate_residual_backward_workspace_bytes":
+                (lambda: rt.gate_residual_backward_workspace_bytes(-131072, 131072, 9, 5376),
+                 lambda: rt.gate_residual_backward_workspace_bytes(131072, 131072, 9, 0)),
+            "xj_rms_norm_backward_workspace_bytes":
+                (lambda: rt.rms_norm_backward_workspace_bytes(-1, 1, 0, 5376, True),
+                 lambda: rt.rms_norm_backward_workspace_bytes(4097, 4097, 9, 0, False)),
+            "xj_adaln_row_gather_backward_workspace_bytes":
+                (lambda: rt.adaln_row_gather_backward_workspace_bytes(-7, 9, 5376),
+                 lambda: rt.adaln_row_gather_backward_workspace_bytes(7, 9, 0)),
+        }
+        for name in present:
+            nbytes = good[name]()
+            self.assertIsInstance(nbytes, int)
+            self.assertGreaterEqual(nbytes, 0, name)
+            for call in bad[name]:
+                with self.assertRaises(ValueError, msg=name):
+                    call()
+
+    def test_backward_entry_points_refuse_null_tensors(self):
+        present = [name for name in BACKWARD if name not in _lib.missing]
+        if not present:
+            self.skipTest("this library predates the backward entry points")
+        with exactjit.Runtime() as rt:
+            calls = {
+                "xj_gate_residual_backward": lambda: _lib.function("xj_gate_residual_backward")(
+                    rt.handle, *[None] * 7, None),
+                "xj_rms_norm_backward": lambda: _lib.function("xj_rms_norm_backward")(rt.handle, *[None] * 11, None),
+                "xj_adaln_row_gather_backward": lambda: _lib.function("xj_adaln_row_gather_backward")(
+                    rt.handle, *[None] * 5, None),
+                "xj_timestep_sinusoid_backward": lambda: _lib.function("xj_timestep_sinusoid_backward")(
+                    rt.handle, None, None, None, 10000.0, 1, 0.0, 1.0, None),
+            }
+            for name in present:
+                self.assertEqual(calls[name](), exactjit.Status.INVALID_ARGUMENT, name)
+                op = name[3:-len("_backward")]
+                self.assertIn(op, _lib.last_error(), name)
+
+    def test_autograd_argument_rules_without_a_gpu(self):
+        if not has_torch():
+            self.skipTest("torch is not installed")
+        import torch
+        h = 64
+        residual = torch.zeros(4, h, requires_grad=True)
+        y = torch.zeros(4, h)
+        table = torch.zeros(3, 6 * h)
+        index = torch.zeros(4, dtype=torch.int64)
+        # out= under autograd is refused before anything reaches the library.
+        with self.assertRaises(exactjit.InvalidArgumentError) as caught:
+            exactjit.gate_residual(residual, table[:, :h], index, y, out=torch.empty(4, h))
+        self.assertIn("out=", str(caught.exception))
+        # Arguments of the wrong type are named.
+        with self.assertRaises(exactjit.InvalidArgumentError) as caught:
+            exactjit.gate_residual(residual, [1.0], index, y)
+        self.assertIn("gate", str(caught.exception))
+        rt = exactjit.runtime()
+        if "xj_rms_norm_backward" in _lib.missing:
+            with self.assertRaises(exactjit.UnavailableError):
+                exactjit.rms_norm(residual, None, 1e-5)
+        else:
+            with self.assertRaises(exactjit.InvalidArgumentError) as caught:
+                rt.rms_norm_backward(y, y, None, torch.ones(4), need_dweight=True)
+            self.assertIn("weight", str(caught.exception))
+            with self.assertRaises(exactjit.InvalidArgumentError) as caught:
+                rt.rms_norm_backward(y, y, None, torch.ones(4), need_dshift=True)
+            self.assertIn("scale", str(caught.exception))
+            self.assertEqual(rt.rms_norm_backward(y, y, None, torch.ones(4), need_dx=False), (None,) * 4)
+        if "xj_gate_residual_backward" not in _lib.missing:
+            self.assertEqual(rt.gate_residual_backward(y, table[:, :h], index, y, need_d_y=False,
+                                                       need_d_gate=False), (None, None))
+            # CPU tensors get as far as the library, which refuses them by name.
+            with self.assertRaises(exactjit.InvalidArgumentError) as caught:
+                rt.gate_residual_backward(y, table[:, :h], index, y)
+            self.assertIn("gate_residual", str(caught.exception))
 
     def test_bad_library_override_names_it(self):
         env = dict(os.environ, EXACTJIT_LIBRARY="/nonexistent/libexactjit.so",

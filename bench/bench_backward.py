@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+"""Forward + backward: exactjit against PyTorch eager and deterministic eager, on the GPU machine.
+
+Two training steps of the DiT block's conditioning chain, each timed as one forward plus one
+torch.autograd.grad of a fixed upstream gradient (a new autograd graph per call, as in training):
+  gate_residual     out = residual + gate[index] * y, gate the strided chunk-2 view of a (T, 18H)
+                    AdaLN table viewed (3T, 6H); gradients for residual, y and the table
+  rms_norm+mod      norm(x) * (1 + scale[index]) + shift[index], the block form (no weight),
+                    shift/scale chunks 0/1 of the same table; gradients for x and the table
+Three implementations of each, side by side in one process:
+  exactjit          exactjit's op (an autograd Function over its deterministic backward)
+  eager             the eager expression (index_select backward = index_add_ with atomics)
+  eager det         the same with torch.use_deterministic_algorithms(True) (CUBLAS_WORKSPACE_CONFIG
+                    is set, as that mode requires; torch then also fills new tensors from
+                    torch.empty, torch.utils.deterministic.fill_uninitialized_memory, as shipped)
+
+Timing is bench_forward.py's Timer: CUDA events around batches of calls after warm-up, input sets
+rotated so they exceed 256 MB (nothing timed from L2), the host queued ahead by torch.cuda._sleep;
+median over --reps batches. Minimum bytes moved (the floor at the measured copy bandwidth):
+  gate_residual  6*S*H*elem  (forward reads residual and y and writes out; backward reads grad and y
+                              and writes d_y; d_residual is grad itself)
+  rms_norm+mod   5*S*H*elem  (forward reads x, writes out; backward reads grad and x, writes dx)
+Checks on the first input set (not timed): forward output and, for gate_residual, d_y bitwise equal
+to eager's; "repeatable": two runs give bit-identical gradients (eager's table gradient, summed
+with atomics, usually does not).
+
+Targets at S = 131072, H = 5376, bf16, B = 1: gate_residual fwd+bwd <= 2.5 ms, rms_norm+mod
+fwd+bwd <= 3.0 ms.
+
+  python3 bench/bench_backward.py [--sizes 4097,32768,131072] [--reps 50] [--report r.md] [--json r.json]
+Exit status: 0 done, 1 an op failed to run, 2 exactjit unavailable (the references are still timed).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before torch initialises cuBLAS
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH)
+
+import torch  # noqa: E402
+
+from bench_forward import (BITS, CHUNK, EPS, WORKING_SET, T, Timer, copy_bandwidth,  # noqa: E402
+                           git_commit, log, rms_norm_modulated_eager)
+
+TARGETS_MS = {"gate_residual": 2.5, "rms_norm+mod": 3.0}  # at S = TARGET_S
+TARGET_S = 131072
+IMPLS = ("exactjit", "eager", "eager det")
+
+
+def gate_residual_eager(residual, gate, index, y):
+    return residual + gate.index_select(0, index) * y
+
+
+def gate_step(forward):
+    """One forward + backward of gate_residual: returns (out, (d_residual, d_table, d_y))."""
+    def step(residual, table, index, y, grad):
+        h = table.shape[1] // 18
+        gate = table.view(3 * T, 6 * h)[:, CHUNK * h:(CHUNK + 1) * h]
+        out = forward(residual, gate, index, y)
+        return out, torch.autograd.grad(out, (residual, table, y), grad)
+    return step
+
+
+def rms_step(forward):
+    """One forward + backward of the modulated rms_norm: returns (out, (dx, d_table))."""
+    def step(x, table, index, grad):
+        h = table.shape[1] // 18
+        rows = table.view(3 * T, 6 * h)
+        out = forward(x, rows[:, 0:h], rows[:, h:2 * h], index)
+        return out, torch.autograd.grad(out, (x, table), grad)
+    return step
+
+
+def timed(step):
+    """The callable the Timer runs: the step, results dropped."""
+    def call(*args):
+        step(*args)
+    return call
+
+
+def gate_sets(s, h, dtype, seed):
+    """(residual, table, index, y, grad) sets, leaves requiring grad, > WORKING_SET in total."""
+    elem = torch.finfo(dtype).bits // 8
+    n = max(2, -(-int(WORKING_SET) // (3 * s * h * elem + T * 18 * h * elem)))
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    sets = []
+    for _ in range(n):
+        residual = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype).requires_grad_(True)
+        y = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype).requires_grad_(True)
+        table = torch.randn((T, 18 * h), generator=gen, device="cuda", dtype=dtype)
+        table[0].mul_(30.0)
+        table[1].mul_(1e-3)
+        table.requires_grad_(True)
+        index = torch.randint(0, 3 * T, (s,), generator=gen, device="cuda", dtype=torch.int64)
+        grad = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype)
+        sets.append((residual, table, index, y, grad))
+    return sets
+
+
+def rms_sets(s, h, dtype, seed):
+    """(x, table, index, grad) sets, leaves requiring grad, > WORKING_SET in total."""
+    elem = torch.finfo(dtype).bits // 8
+    n = max(2, -(-int(WORKING_SET) // (2 * s * h * elem + T * 18 * h * elem)))
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    sets = []
+    for _ in range(n):
+        x = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype).requires_grad_(True)
+        table = torch.randn((T, 18 * h), generator=gen, device="cuda", dtype=dtype).requires_grad_(True)
+        index = torch.randint(0, 3 * T, (s,), generator=gen, device="cuda", dtype=torch.int64)
+        grad = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype)
+        sets.append((x, table, index, grad))
+    return sets
+
+
+def bitwise_equal(a, b):
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.view(BITS[a.dtype]), b.view(BITS[b.dtype]))
+
+
+class deterministic:
+    """torch.use_deterministic_algorithms(flag) for a block, restored after."""
+
+    def __init__(self, flag):
+        self.flag = flag
+
+    def __enter__(self):
+        self.before = torch.are_deterministic_algorithms_enabled()
+        torch.use_deterministic_algorithms(self.flag)
+
+    def __exit__(self, *exc):
+        torch.use_deterministic_algorithms(self.before)
+
+
+def bench_op(timer, xj, op, s, h, seed, copy_gbs):
+    """Rows for the three implementations of `op` at sequence length s (bf16, B = 1)."""
+    dtype, elem = torch.bfloat16, 2
+    if op == "gate_residual":
+        sets = gate_sets(s, h, dtype, seed)
+        nbytes = 6 * s * h * elem
+        forwards = {"exactjit": (lambda r, g, i, y: xj.gate_residual(r, g, i, y)) if xj is not None else None,
+                    "eager": gate_residual_eager, "eager det": gate_residual_eager}
+        make_step = gate_step
+        grad_names = ("d_residual", "d_table", "d_y")
+    else:
+        sets = rms_sets(s, h, dtype, seed)
+        nbytes = 5 * s * h * elem
+        xj_fwd = (lambda x, sh, sc, i: xj.rms_norm(x, None, EPS, shift=sh, scale=sc, index=i)) if xj is not None \
+            else None
+        forwards = {"exactjit": xj_fwd, "eager": rms_norm_modulated_eager, "eager det": rms_norm_modulated_eager}
+        make_step = rms_step
+        grad_names = ("dx", "d_table")
+    floor_ms = nbytes / (copy_gbs * 1e9) * 1e3
+    log(f"{op} fwd+bwd bf16 S={s}: {len(sets)} input sets, {nbytes / 1e6:.1f} MB minimum per call, "
+        f"floor {floor_ms:.3f} ms")
+    reference = make_step(forwards["eager"])(*sets[0])
+    rows = []
+    for impl in IMPLS:
+        forward = forwards[impl]
+        if forward is None:
+            continue
+        row = dict(op=op, impl=impl, dtype="bf16", S=s, B=1, H=h, bytes=nbytes, floor_ms=round(floor_ms, 4))
+        step = make_step(forward)
+        try:
+            with deterministic(impl == "eager det"):
+                out, grads = step(*sets[0])
+                _, again = step(*sets[0])
+                if xj is not None:
+                    xj.synchronize()
+                row["out_bitwise"] = bitwise_equal(out, reference[0])
+                if op == "gate_residual":
+                    row["d_y_bitwise"] = bitwise_equal(grads[2], reference[1][2])
+                differ = [n for n, a, b in zip(grad_names, grads, again) if not bitwise_equal(a, b)]
+                row["repeatable"] = not differ
+                row["not_repeatable"] = differ
+                del out, grads, again
+                ms, host_us, inner = timer.median_ms(timed(step), sets)
+                if xj is not None:
+                    xj.synchronize()
+            row.update(ms=ms, gbs=nbytes / (ms * 1e-3) / 1e9, host_us=host_us, batch=inner)
+            row["pct_copy"] = 100.0 * row["gbs"] / copy_gbs
+            if impl == "exactjit" and s == TARGET_S:
+                row["target_ms"] = TARGETS_MS[op]
+                row["target_met"] = ms <= TARGETS_MS[op]
+        except Exception as e:
+            traceback.print_exc()
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        rows.append(row)
+        log("  " + (f"{impl:<10} {row['ms']:.4f} ms  {row['gbs']:6.0f} GB/s  {row['pct_copy']:5.1f}% copy  "
+                    f"out bitwise={row['out_bitwise']}  repeatable={row['repeatable']}  "
+                    f"host {row['host_us']:.1f} us/call" if "ms" in row else f"{impl:<10} ERROR {row['error']}"))
+    by_impl = {r["impl"]: r for r in rows if "ms" in r}
+    for r in rows:
+        if "ms" in r:
+            for ref, key in (("eager", "vs_eager"), ("eager det", "vs_eager_det")):
+                if ref in by_impl:
+                    r[key] = by_impl[ref]["ms"] / r["ms"]
+    del sets, reference
+    torch.cuda.empty_cache()
+    return rows
+
+
+def yes_no(v):
+    return "" if v is None else ("yes" if v else "NO")
+
+
+def markdown(meta, rows):
+    lines = [
+        "# Forward + backward: exactjit vs PyTorch eager vs deterministic eager (gate_residual, rms_norm+mod)", "",
+        *(f"- {k}: {v}" for k, v in meta.items()),
+        "- one call = forward + torch.autograd.grad of a fixed upstream gradient (gate_residual: for residual, y "
+        "and the AdaLN table; rms_norm+mod, block form without weight: for x and the table)",
+        "- bytes = the minimum a fused forward + backward moves: gate_residual 6*S*H*elem, rms_norm+mod "
+        "5*S*H*elem; floor = bytes / copy bandwidth",
+        "- speedup = the reference's ms / this row's ms (> 1: this row is faster); out = eager: forward output "
+        "bitwise equal to eager's; d_y = eager: gate_residual's d_y bitwise equal to eager's; repeatable: two runs "
+        "give bit-identical gradients (else the gradients that differed)",
+        f"- targets (exactjit at S={TARGET_S}): " + ", ".join(f"{op} <= {ms} ms" for op, ms in TARGETS_MS.items()),
+        "",
+    ]
+    for op, target in TARGETS_MS.items():
+        hit = [r for r in rows if r["op"] == op and "target_met" in r]
+        if hit:
+            r = hit[0]
+            lines.append(f"- **{op} fwd+bwd at S={TARGET_S}: {r['ms']:.3f} ms, target <= {target} ms: "
+                         f"{'met' if r['target_met'] else 'MISSED'}**")
+    lines += [
+        "",
+        "| op | S | impl | median ms | GB/s | % copy BW | floor ms | speedup vs eager | speedup vs eager det | "
+        "out = eager | d_y = eager | repeatable | target | host us/call |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "ms" not in r:
+            lines.append(f"| {r['op']} | {r['S']} | {r['impl']} | error: {r['error'].replace('|', '/')} "
+                         "| | | | | | | | | | |")
+            continue
+        repeat = "yes" if r["repeatable"] else "NO (" + ", ".join(r["not_repeatable"]) + ")"
+        target = ""
+        if "target_met" in r:
+            target = f"<= {r['target_ms']} ms: {'met' if r['target_met'] else 'MISSED'}"
+        lines.append(
+            f"| {r['op']} | {r['S']} | {r['impl']} | {r['ms']:.4f} | {r['gbs']:.0f} | {r['pct_copy']:.1f} | "
+            f"{r['floor_ms']:.4f} | {r.get('vs_eager', float('nan')):.2f}x | "
+            f"{r.get('vs_eager_det', float('nan')):.2f}x | {yes_no(r['out_bitwise'])} | "
+            f"{yes_no(r.get('d_y_bitwise'))} | {repeat} | {target} | {r['host_us']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sizes", default="4097,32768,131072", help="comma-separated S values")
+    p.add_argument("--hidden", type=int, default=5376)
+    p.add_argument("--ops", default="gate_residual,rms_norm+mod", help="comma-separated: gate_residual,rms_norm+mod")
+    p.add_argument("--reps", type=int, default=50, help="timed batches per implementation (median)")
+    p.add_argument("--seed", type=int, default=4321)
+    p.add_argument("--report", help="markdown report path")
+    p.add_argument("--json", help="JSON report path")
+    args = p.parse_args()
+    args.reps = max(args.reps, 50)
+    sizes = [int(v) for v in args.sizes.split(",") if v]
+    ops = [o for o in args.ops.split(",") if o]
+    unknown = set(ops) - set(TARGETS_MS)
+    if unknown:
+        p.error(f"unknown ops {sorted(unknown)}")
+
+    t_start = time.perf_counter()
+    try:
+        import torch.utils.deterministic as deterministic_utils
+        fill = deterministic_utils.fill_uninitialized_memory
+    except (ImportError, AttributeError):
+        fill = "n/a"
+    meta = dict(commit=git_commit(), torch=torch.__version__, device=torch.cuda.get_device_name(),
+                hidden=args.hidden, B=1, dtype="bf16",
+                table=f"(3T, 6H) view of (T, 18H), T={T}; gate chunk {CHUNK}, shift/scale chunks 0/1; index int64",
+                reps=args.reps, CUBLAS_WORKSPACE_CONFIG=os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+                deterministic_fill_uninitialized_memory=fill)
+    xj = None
+    try:
+        import exactjit as xj
+        from exactjit import _lib
+        meta.update(exactjit=xj.version(), library=xj.library_path())
+        if _lib.missing:
+            raise RuntimeError(f"the library lacks {', '.join(sorted(_lib.missing))}")
+    except Exception as e:  # still time the references, and say why exactjit is missing
+        meta["exactjit"] = f"unavailable: {type(e).__name__}: {e}"
+        log(meta["exactjit"])
+        xj = None
+
+    torch.use_deterministic_algorithms(False)
+    timer = Timer(args.reps)
+    with torch.no_grad():
+        copy_gbs, copy_ms = copy_bandwidth(timer)
+    meta["copy bandwidth"] = f"{copy_gbs:.0f} GB/s (1 GiB copy_, read + write, {copy_ms:.3f} ms)"
+    log(f"device-to-device copy: {copy_gbs:.0f} GB/s")
+    rows = []
+    for op in ops:
+        for s in sizes:
+            rows += bench_op(timer, xj, op, s, args.hidden, args.seed, copy_gbs)
+    meta["seconds"] = round(time.perf_counter() - t_start, 1)
+
+    report = markdown(meta, rows)
+    if args.report:
+        with open(args.report, "w") as f:
+            f.write(report)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(meta, copy_gbs=copy_gbs, targets_ms=TARGETS_MS, target_S=TARGET_S, rows=rows), f,
+                      indent=1)
+    log("")
+    log(report)
+    if xj is None:
+        return 2
+    return 1 if any("error" in r for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

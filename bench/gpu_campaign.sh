@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU campaign on the device machine: GPU test suite, compute-sanitizer on it, the CLI
-# self-test, PyTorch parity, benchmarks. Binaries come prebuilt in .carry/ (built on the CPU
-# machine); reports go to $OUT, logs to $OUT/logs.tgz. Prints a short table last.
+# self-test, PyTorch parity (forward) and gradient checks (backward), benchmarks. Binaries come
+# prebuilt in .carry/ (built on the CPU machine); markdown reports go to $OUT, logs and JSON to
+# $OUT/logs.tgz. Prints a short table last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/out}"
@@ -27,15 +28,19 @@ fi
 step prewarm prewarm.log ./.carry/exactjit prewarm -j 16
 step gpu-tests gpu_tests.log ./.carry/exactjit_gpu_tests
 step sanitizer sanitizer.log compute-sanitizer --tool memcheck --error-exitcode 9 ./.carry/exactjit_gpu_tests \
-  --gtest_filter='Gpu.BadIndex*:Gpu.GateResidualOther*'
+  --gtest_filter='Gpu.BadIndex*:Gpu.GateResidualOther*:Gpu.BackwardBadIndex*'
 [ "${SKIP_SELFTEST:-0}" = 1 ] || step selftest selftest.log ./.carry/exactjit selftest  # also inside the GPU tests
 if [ "${TUNE:-0}" = 1 ]; then
   step tune-rms-norm tune_rms_norm.log ./.carry/tune_rms_norm 131072 30
   step tune-gate tune_gate_residual.log ./.carry/tune_gate_residual 131072 30
   cat "$LOGS/tune_rms_norm.log" "$LOGS/tune_gate_residual.log"
 fi
-step parity parity.log python3 tests/gpu/parity_torch.py --report "$OUT/parity.md" --json "$OUT/parity.json"
-step bench bench.log python3 bench/bench_forward.py --dtypes bf16,fp16,fp32 --report "$OUT/bench.md" --json "$OUT/bench.json"
-cat "$OUT/bench.md" 2>/dev/null
+step parity parity.log python3 tests/gpu/parity_torch.py --report "$OUT/parity.md" --json "$LOGS/parity.json"
+[ "${SKIP_GRAD:-0}" = 1 ] || step grad grad.log python3 tests/gpu/grad_torch.py --report "$OUT/grad.md" --json "$LOGS/grad.json"
+[ "${SKIP_FORWARD_BENCH:-0}" = 1 ] || step bench bench.log python3 bench/bench_forward.py --dtypes bf16,fp16,fp32 \
+  --report "$OUT/bench.md" --json "$LOGS/bench.json"
+[ "${SKIP_GRAD:-0}" = 1 ] || step bench-backward bench_backward.log python3 bench/bench_backward.py \
+  --report "$OUT/bench_backward.md" --json "$LOGS/bench_backward.json"
+cat "$OUT/bench.md" "$OUT/bench_backward.md" 2>/dev/null
 tar -C "$OUT" -czf "$OUT/logs.tgz" logs && rm -rf "$LOGS"  # at most 8 files come back
 printf '%s\n' "${summary[@]}"

@@ -196,6 +196,34 @@ TEST_F(Gpu, BackwardMatchesHostModelBitwiseAndRepeats) {
   }
 }
 
+// Also the compute-sanitizer target of the campaign: bad keys must not send any access out of
+// bounds (the plan leaves them out of every tile).
+TEST_F(Gpu, BackwardBadIndexIsReported) {
+  GateResidualCase g;
+  g.bad_position = 4;
+  g.seq = 300;
+  auto gate = run_gate_residual_backward_case(runtime(), 0, g);
+  ASSERT_TRUE(static_cast<bool>(gate)) << llvm::toString(gate.takeError());
+  EXPECT_TRUE(gate->passed) << gate->detail;
+  RmsNormCase n;
+  n.table_stride = 6 * n.hidden;
+  n.bad_position = 0;
+  auto norm = run_rms_norm_backward_case(runtime(), 0, n);
+  ASSERT_TRUE(static_cast<bool>(norm)) << llvm::toString(norm.takeError());
+  EXPECT_TRUE(norm->passed) << norm->detail;
+  for (bool tag : {false, true}) {
+    AdalnRowGatherCase a;
+    (tag ? a.bad_tag : a.bad_timestep) = 3;
+    auto gather = run_adaln_row_gather_backward_case(runtime(), 0, a);
+    ASSERT_TRUE(static_cast<bool>(gather)) << llvm::toString(gather.takeError());
+    EXPECT_TRUE(gather->passed) << gather->detail;
+  }
+  GateResidualCase after;  // the context still works
+  auto good = run_gate_residual_backward_case(runtime(), 0, after);
+  ASSERT_TRUE(static_cast<bool>(good)) << llvm::toString(good.takeError());
+  EXPECT_TRUE(good->passed) << good->detail;
+}
+
 TEST_F(Gpu, SelftestPasses) {
   auto lines = run_selftest(runtime(), 0, {});
   ASSERT_TRUE(static_cast<bool>(lines)) << llvm::toString(lines.takeError());

@@ -8,8 +8,11 @@ int64_t packs_per_row(const KernelSpec& spec) {
   return elements / spec.vec;
 }
 
-int tile_threads(int64_t packs) {
-  if (packs < 128) return static_cast<int>((packs + 31) / 32 * 32);
+namespace {
+
+// Threads for one wide row of `packs` packs (>= 128): a multiple of 32 in [128, 256] that leaves
+// the fewest idle lanes on the last step; ties go to more threads.
+int wide_row_threads(int64_t packs) {
   int best = 256;
   int64_t best_waste = -1;
   for (int threads = 256; threads >= 128; threads -= 32) {
@@ -23,12 +26,20 @@ int tile_threads(int64_t packs) {
   return best;
 }
 
+}  // namespace
+
+int column_slices(const KernelSpec& spec) {
+  const int64_t packs = spec.op == Op::RmsNormTableGrad || spec.op == Op::RmsNormWeightGrad ? spec.hidden / 4
+                                                                                             : spec.hidden / spec.vec;
+  return static_cast<int>((packs + backward_threads(spec) - 1) / backward_threads(spec));
+}
+
 int backward_threads(const KernelSpec& spec) {
   switch (spec.op) {
     case Op::GateResidualBackward:
-    case Op::AdalnRowGatherBackward: return tile_threads(spec.hidden / spec.vec);
+    case Op::AdalnRowGatherBackward:
     case Op::RmsNormTableGrad:
-    case Op::RmsNormWeightGrad: return tile_threads(spec.hidden / 4);
+    case Op::RmsNormWeightGrad: return 128;  // one pack per thread; column slices on grid.y
     case Op::RmsNormBackward:
     case Op::TimestepSinusoidBackward: return 128;
     default: return 256;  // segment plan and fold
@@ -39,7 +50,7 @@ RowGeometry row_geometry(const KernelSpec& spec) {
   const int64_t packs = packs_per_row(spec);
   RowGeometry g;
   if (packs >= 128) {
-    g.threads_per_row = tile_threads(packs);
+    g.threads_per_row = wide_row_threads(packs);
     g.rows_per_block = 1;
   } else {
     int width = 1;

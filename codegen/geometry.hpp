@@ -16,13 +16,10 @@ struct RowGeometry {
 /// Packs one block row moves: H / vec (gate_residual) or 6H / vec (adaln_row_gather).
 int64_t packs_per_row(const KernelSpec& spec);
 
-/// Threads for a block that walks `packs` packs of one row (backward tile kernels): a multiple
-/// of 32 in [128, 256] that leaves the fewest idle lanes (ties: more threads), or, for short
-/// rows, the packs rounded up to a warp.
-int tile_threads(int64_t packs);
-
 /// Threads per block of a backward or segment-plan kernel (the renderer bakes the same number in).
 int backward_threads(const KernelSpec& spec);
+/// Column slices (grid.y) of a backward tile kernel: each thread owns one pack of a row.
+int column_slices(const KernelSpec& spec);
 
 /// One row of packs_per_row packs: wide rows get 128..256 threads chosen to leave the fewest idle
 /// lanes; narrow rows share a 128-thread block.

@@ -68,7 +68,7 @@ llvm::Expected<LaunchSequence> plan_adaln_row_gather_backward(const AdalnRowGath
   const KernelSpec spec = make_spec(Op::AdalnRowGatherBackward, *dtype, IndexType::I64, hidden, 0, vec);
   LaunchPlan& tiles = sequence.add(spec, device, static_cast<uint32_t>(layout.max_tiles),
                                    static_cast<uint32_t>(codegen::backward_threads(spec)));
-  tiles.grid_y = kChunks;
+  tiles.grid_y = static_cast<uint32_t>(kChunks * codegen::column_slices(spec));
   const uint64_t partials = ws + layout.end;
   tiles.push(data_address(a.grad));
   tiles.push(partials);

@@ -81,6 +81,7 @@ llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBac
   const KernelSpec spec = make_spec(Op::GateResidualBackward, *dtype, IndexType::I64, hidden, table_stride, vec);
   LaunchPlan& tiles = sequence.add(spec, device, static_cast<uint32_t>(layout.max_tiles),
                                    static_cast<uint32_t>(codegen::backward_threads(spec)));
+  tiles.grid_y = static_cast<uint32_t>(codegen::column_slices(spec));
   const uint64_t partials = a.d_gate ? ws + layout.end : 0;
   tiles.push(data_address(a.grad));
   tiles.push(data_address(a.gate));

@@ -147,6 +147,7 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
                                       hidden, op == Op::RmsNormWeightGrad ? table_stride : 0, 4,
                                       op == Op::RmsNormTableGrad && a.weight != nullptr);
     LaunchPlan& tiles = sequence.add(spec, device, grid, codegen::backward_threads(spec));
+    tiles.grid_y = static_cast<uint32_t>(codegen::column_slices(spec));
     for (uint64_t v : {data_address(a.grad), data_address(a.x), weight, scale, index, data_address(a.rstd), first,
                        second, static_cast<uint64_t>(rows), static_cast<uint64_t>(table_rows)})
       tiles.push(v);

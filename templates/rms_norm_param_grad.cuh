@@ -1,12 +1,13 @@
 // rms_norm backward, parameter gradients as tile partials (folded by segment_fold), with
 // n = rT(mul(w, mul(rstd, x))) recomputed exactly as in the forward (no w: rT(mul(rstd, x))):
-// - kSegmented (modulated form): one block per segment tile of table row k; over the tile's rows
-//   in list order, from 0: shift_partials += grad, scale_partials += mul(grad, n).
-// - otherwise (dweight): one block per tile of kTilePositions consecutive rows of the M rows, in
-//   order, from 0: weight_partials += mul(d_n, mul(rstd, x)), d_n = grad or, modulated,
+// - kSegmented (modulated form): one block per (segment tile of table row k, column slice); over
+//   the tile's rows in list order, from 0: first += grad (dshift), second += mul(grad, n) (dscale).
+// - otherwise (dweight): one block per (tile of kTilePositions consecutive rows, column slice), in
+//   row order, from 0: first += mul(d_n, mul(rstd, x)), d_n = grad or, modulated,
 //   mul(grad, rT(add(1, scale[i]))) (rows with a bad index are skipped; the dx kernel and the
 //   plan report it).
-// Each thread owns kSteps 4-element quads of the row and keeps their sums in registers.
+// Each thread owns one 4-element quad of columns; rows are loaded kRowUnroll at a time and added
+// strictly in order.
 namespace rms_norm_param_grad {
 
 typedef xj::StorageOf<spec::kDType>::type T;
@@ -14,14 +15,10 @@ typedef xj::IndexOf<spec::kIndexBytes>::type Index;
 typedef xj::Quad<T> Quad;
 
 constexpr int kQuads = spec::kHidden / 4;
-constexpr int kSteps = (kQuads + spec::kThreads - 1) / spec::kThreads;
 constexpr bool kModulated = spec::kTableStride > 0;
+constexpr int kRowUnroll = 4;
 
 static_assert(spec::kHidden % 4 == 0, "rms_norm needs H % 4 == 0");
-
-__device__ __forceinline__ bool in_row(int u) {
-  return kQuads % spec::kThreads == 0 || (int)threadIdx.x + u * spec::kThreads < kQuads;
-}
 
 }  // namespace rms_norm_param_grad
 
@@ -33,17 +30,9 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
          long long table_rows, XJ_SEGMENT_PLAN_PARAMS, xj::ErrorRecord* errors) {
   using namespace rms_norm_param_grad;
   const xj::SegmentPlan plan = XJ_SEGMENT_PLAN;
-  float first[kSteps][4], second[kSteps][4];
-#pragma unroll
-  for (int u = 0; u < kSteps; ++u)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) first[u][e] = second[u][e] = 0.0f;
-  Quad w[kSteps];
-  if (spec::kWeighted)
-#pragma unroll
-    for (int u = 0; u < kSteps; ++u)
-      if (in_row(u)) xj::load_quad(w[u], weight + 4 * (threadIdx.x + u * spec::kThreads));
-
+  const int quad = blockIdx.y * spec::kThreads + threadIdx.x;
+  if (quad >= kQuads) return;
+  const int col = 4 * quad;
   long long first_j = 0, end_j = 0;
   xj::SegmentTile tile;
   if (spec::kSegmented) {
@@ -54,48 +43,52 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
     first_j = (long long)blockIdx.x * spec::kTilePositions;
     end_j = first_j + spec::kTilePositions < rows ? first_j + spec::kTilePositions : rows;
   }
-  for (long long j = first_j; j < end_j; ++j) {
-    const long long row = spec::kSegmented ? xj::segment_row(plan, tile, j) : j;
-    long long i = 0;
-    if (!spec::kSegmented && kModulated) {
-      i = (long long)index[row % plan.seq];
-      if (i < 0 || i >= table_rows) continue;
-    }
-    const float r = rstd[row];
-    const long long base = row * spec::kHidden;
+  Quad w;
+  if (spec::kSegmented && spec::kWeighted) xj::load_quad(w, weight + col);
+  float first[4] = {0.0f, 0.0f, 0.0f, 0.0f}, second[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (long long j0 = first_j; j0 < end_j; j0 += kRowUnroll) {
+    Quad g[kRowUnroll], xv[kRowUnroll], sc[kRowUnroll];
+    float r[kRowUnroll];
+    bool use[kRowUnroll];
 #pragma unroll
-    for (int u = 0; u < kSteps; ++u) {
-      if (!in_row(u)) continue;
-      const int col = 4 * (threadIdx.x + u * spec::kThreads);
-      Quad g, xv, sc;
-      xj::load_quad(g, grad + base + col);
-      xj::load_quad(xv, x + base + col);
-      if (!spec::kSegmented && kModulated) xj::load_quad(sc, scale + i * spec::kTableStride + col);
+    for (int u = 0; u < kRowUnroll; ++u) {
+      use[u] = j0 + u < end_j;
+      if (!use[u]) continue;
+      const long long row = spec::kSegmented ? xj::segment_row(plan, tile, j0 + u) : j0 + u;
+      if (!spec::kSegmented && kModulated) {
+        const long long i = (long long)index[row % plan.seq];
+        use[u] = i >= 0 && i < table_rows;
+        if (!use[u]) continue;
+        xj::load_quad(sc[u], scale + i * spec::kTableStride + col);
+      }
+      r[u] = rstd[row];
+      xj::load_quad(g[u], grad + row * spec::kHidden + col);
+      xj::load_quad(xv[u], x + row * spec::kHidden + col);
+    }
+#pragma unroll
+    for (int u = 0; u < kRowUnroll; ++u) {
+      if (!use[u]) continue;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float gv = xj::to_float(g.v[e]);
-        const float xhat = xj::mul(r, xj::to_float(xv.v[e]));
+        const float gv = xj::to_float(g[u].v[e]);
+        const float xhat = xj::mul(r[u], xj::to_float(xv[u].v[e]));
         if (spec::kSegmented) {
           float n = xhat;
-          if (spec::kWeighted) n = xj::mul(xj::to_float(w[u].v[e]), n);
-          first[u][e] = xj::add(first[u][e], gv);
-          second[u][e] = xj::add(second[u][e], xj::mul(gv, xj::to_float(xj::round_to<T>(n))));
+          if (spec::kWeighted) n = xj::mul(xj::to_float(w.v[e]), n);
+          first[e] = xj::add(first[e], gv);
+          second[e] = xj::add(second[e], xj::mul(gv, xj::to_float(xj::round_to<T>(n))));
         } else {
           float d = gv;
-          if (kModulated) d = xj::mul(d, xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(sc.v[e])))));
-          first[u][e] = xj::add(first[u][e], xj::mul(d, xhat));
+          if (kModulated) d = xj::mul(d, xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(sc[u].v[e])))));
+          first[e] = xj::add(first[e], xj::mul(d, xhat));
         }
       }
     }
   }
+  const long long at = (long long)blockIdx.x * spec::kHidden + col;
 #pragma unroll
-  for (int u = 0; u < kSteps; ++u) {
-    if (!in_row(u)) continue;
-    const long long at = (long long)blockIdx.x * spec::kHidden + 4 * (threadIdx.x + u * spec::kThreads);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      if (first_partials) first_partials[at + e] = first[u][e];
-      if (spec::kSegmented && second_partials) second_partials[at + e] = second[u][e];
-    }
+  for (int e = 0; e < 4; ++e) {
+    if (first_partials) first_partials[at + e] = first[e];
+    if (spec::kSegmented && second_partials) second_partials[at + e] = second[e];
   }
 }

@@ -147,6 +147,7 @@ TEST(GateResidualBackwardValidation, PlansPlanTilesAndFold) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(sequence->steps[i].spec.op, expected[i]) << i;
   EXPECT_EQ(sequence->steps[3].spec.vec, 8);
   EXPECT_EQ(sequence->steps[3].spec.table_stride, 6 * H);
+  EXPECT_EQ(sequence->steps[3].grid_y, 6u);  // column slices of 128 packs (H / 8 = 672)
   EXPECT_EQ(sequence->steps[4].grid_y, 9u);  // one fold row per table row
 }
 
@@ -210,7 +211,7 @@ TEST(AdalnRowGatherBackwardValidation, PlansTwoIndexKeysAndSixChunks) {
   ASSERT_EQ(sequence->count, 5);
   EXPECT_EQ(sequence->steps[0].spec.hidden, 2);  // key = t * 3 + tag
   EXPECT_EQ(sequence->steps[0].params[4], 3u);   // t is checked against T = R / 3
-  EXPECT_EQ(sequence->steps[3].grid_y, 6u);
+  EXPECT_EQ(sequence->steps[3].grid_y, 6u * 6u);  // six chunks x six slices of 128 packs (H / 8 = 672)
   EXPECT_EQ(sequence->steps[4].spec.dtype, DType::F32);
 }
 

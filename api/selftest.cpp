@@ -27,10 +27,8 @@ std::string GateResidualCase::name() const {
 }
 
 llvm::Expected<CaseOutcome> run_gate_residual_case(Runtime& runtime, int device_id, const GateResidualCase& c) {
-  auto driver = Driver::get();
-  if (!driver) return driver.takeError();
-  auto context = primary_context(**driver, device_id);
-  if (!context) return context.takeError();
+  auto arena = DeviceArena::open(device_id);
+  if (!arena) return arena.takeError();
 
   const size_t elem = dtype_size(c.dtype);
   const int64_t rows = c.seq * c.batch;
@@ -48,16 +46,12 @@ llvm::Expected<CaseOutcome> run_gate_residual_case(Runtime& runtime, int device_
   const std::vector<uint8_t> index = index_bytes(c.index, index_values);
 
   const size_t act_bytes = static_cast<size_t>(count + shift) * elem;
-  auto d_residual = upload_new(**driver, *context, residual, act_bytes, shift * elem);
-  if (!d_residual) return d_residual.takeError();
-  auto d_y = upload_new(**driver, *context, y, act_bytes, shift * elem);
-  if (!d_y) return d_y.takeError();
-  auto d_out = upload_new(**driver, *context, {}, act_bytes);
-  if (!d_out) return d_out.takeError();
-  auto d_table = upload_new(**driver, *context, table, table.size());
-  if (!d_table) return d_table.takeError();
-  auto d_index = upload_new(**driver, *context, index, index.size());
-  if (!d_index) return d_index.takeError();
+  DeviceBuffer* d_residual = arena->upload(residual, act_bytes, shift * elem);
+  DeviceBuffer* d_y = arena->upload(y, act_bytes, shift * elem);
+  DeviceBuffer* d_out = arena->upload({}, act_bytes);
+  DeviceBuffer* d_table = arena->upload(table, table.size());
+  DeviceBuffer* d_index = arena->upload(index, index.size());
+  if (auto err = arena->take_error()) return err;
   if (auto err = d_out->fill(0xFF)) return err;  // poison: unwritten elements show up
 
   int64_t act_shape[3] = {c.batch, c.seq, c.hidden};
@@ -95,10 +89,8 @@ std::string AdalnRowGatherCase::name() const {
 }
 
 llvm::Expected<CaseOutcome> run_adaln_row_gather_case(Runtime& runtime, int device_id, const AdalnRowGatherCase& c) {
-  auto driver = Driver::get();
-  if (!driver) return driver.takeError();
-  auto context = primary_context(**driver, device_id);
-  if (!context) return context.takeError();
+  auto arena = DeviceArena::open(device_id);
+  if (!arena) return arena.takeError();
   const size_t elem = dtype_size(c.dtype);
   const int64_t shift = c.misaligned ? 1 : 0;
   const int64_t table_rows = 3 * c.timesteps;
@@ -115,14 +107,11 @@ llvm::Expected<CaseOutcome> run_adaln_row_gather_case(Runtime& runtime, int devi
   const std::vector<uint8_t> ti_bytes = index_bytes(c.index, ti), tag_bytes = index_bytes(c.index, tags);
   const size_t out_count = static_cast<size_t>(6 * c.seq * c.hidden);
 
-  auto d_rows = upload_new(**driver, *context, rows, (table_count + shift) * elem, shift * elem);
-  if (!d_rows) return d_rows.takeError();
-  auto d_ti = upload_new(**driver, *context, ti_bytes, ti_bytes.size());
-  if (!d_ti) return d_ti.takeError();
-  auto d_tags = upload_new(**driver, *context, tag_bytes, tag_bytes.size());
-  if (!d_tags) return d_tags.takeError();
-  auto d_out = upload_new(**driver, *context, {}, (out_count + shift) * elem);
-  if (!d_out) return d_out.takeError();
+  DeviceBuffer* d_rows = arena->upload(rows, (table_count + shift) * elem, shift * elem);
+  DeviceBuffer* d_ti = arena->upload(ti_bytes, ti_bytes.size());
+  DeviceBuffer* d_tags = arena->upload(tag_bytes, tag_bytes.size());
+  DeviceBuffer* d_out = arena->upload({}, (out_count + shift) * elem);
+  if (auto err = arena->take_error()) return err;
   if (auto err = d_out->fill(0xFF)) return err;
 
   int64_t rows_shape[2] = {table_rows, 6 * c.hidden}, rows_strides[2] = {c.table_stride, 1};
@@ -158,10 +147,8 @@ std::string RmsNormCase::name() const {
 }
 
 llvm::Expected<CaseOutcome> run_rms_norm_case(Runtime& runtime, int device_id, const RmsNormCase& c) {
-  auto driver = Driver::get();
-  if (!driver) return driver.takeError();
-  auto context = primary_context(**driver, device_id);
-  if (!context) return context.takeError();
+  auto arena = DeviceArena::open(device_id);
+  if (!arena) return arena.takeError();
   const size_t elem = dtype_size(c.dtype);
   const int64_t rows = c.seq * c.batch, count = rows * c.hidden;
   const bool modulated = c.table_stride > 0;
@@ -179,18 +166,13 @@ llvm::Expected<CaseOutcome> run_rms_norm_case(Runtime& runtime, int device_id, c
     index_values[s] = s == c.bad_position ? c.table_rows : static_cast<int64_t>(gen.next() % static_cast<uint64_t>(c.table_rows));
   const std::vector<uint8_t> index = index_bytes(c.index, index_values);
 
-  auto d_x = upload_new(**driver, *context, x, x.size());
-  if (!d_x) return d_x.takeError();
-  auto d_weight = upload_new(**driver, *context, weight, weight.size());
-  if (!d_weight) return d_weight.takeError();
-  auto d_table = upload_new(**driver, *context, table, std::max<size_t>(table.size(), 16));
-  if (!d_table) return d_table.takeError();
-  auto d_index = upload_new(**driver, *context, index, index.size());
-  if (!d_index) return d_index.takeError();
-  auto d_out = upload_new(**driver, *context, {}, x.size());
-  if (!d_out) return d_out.takeError();
-  auto d_rstd = upload_new(**driver, *context, {}, static_cast<size_t>(rows) * 4);
-  if (!d_rstd) return d_rstd.takeError();
+  DeviceBuffer* d_x = arena->upload(x, x.size());
+  DeviceBuffer* d_weight = arena->upload(weight, weight.size());
+  DeviceBuffer* d_table = arena->upload(table, std::max<size_t>(table.size(), 16));
+  DeviceBuffer* d_index = arena->upload(index, index.size());
+  DeviceBuffer* d_out = arena->upload({}, x.size());
+  DeviceBuffer* d_rstd = arena->upload({}, static_cast<size_t>(rows) * 4);
+  if (auto err = arena->take_error()) return err;
   if (auto err = d_out->fill(0xFF)) return err;
   if (auto err = d_rstd->fill(0xFF)) return err;
 

@@ -33,7 +33,7 @@ llvm::Expected<CaseOutcome> judge_backward(Runtime& runtime, int device_id, cons
   std::vector<std::vector<uint8_t>> first;
   for (int run = 0; run < 2; ++run) {
     for (Output& o : outputs)
-      if (auto err = o.buffer->fill(kPoison)) return std::move(err);
+      if (auto err = o.buffer->fill(kPoison)) return err;
     outcome.launch = call();
     outcome.sync = runtime.synchronize(device_id, nullptr);
     if (!outcome.launch.ok()) {
@@ -43,7 +43,7 @@ llvm::Expected<CaseOutcome> judge_backward(Runtime& runtime, int device_id, cons
     std::vector<std::vector<uint8_t>> got;
     for (Output& o : outputs) {
       got.emplace_back(o.expected.size());
-      if (auto err = o.buffer->download(got.back().data(), got.back().size())) return std::move(err);
+      if (auto err = o.buffer->download(got.back().data(), got.back().size())) return err;
     }
     if (run == 0) {
       first = std::move(got);
@@ -74,10 +74,8 @@ DLTensor workspace_tensor(const DeviceBuffer& buffer, int device_id, int64_t* sh
 
 llvm::Expected<CaseOutcome> run_gate_residual_backward_case(Runtime& runtime, int device_id,
                                                             const GateResidualCase& c) {
-  auto driver = Driver::get();
-  if (!driver) return driver.takeError();
-  auto context = primary_context(**driver, device_id);
-  if (!context) return context.takeError();
+  auto arena = DeviceArena::open(device_id);
+  if (!arena) return arena.takeError();
   const size_t elem = dtype_size(c.dtype);
   const int64_t rows = c.seq * c.batch, count = rows * c.hidden;
   const int64_t table_count = (c.table_rows - 1) * c.table_stride + c.hidden;
@@ -91,20 +89,14 @@ llvm::Expected<CaseOutcome> run_gate_residual_backward_case(Runtime& runtime, in
   const std::vector<uint8_t> index = index_bytes(c.index, index_values);
   const int64_t ws_bytes = gate_residual_backward_workspace_bytes(rows, c.seq, c.table_rows, c.hidden);
 
-  auto d_grad = upload_new(**driver, *context, grad, grad.size());
-  if (!d_grad) return d_grad.takeError();
-  auto d_y = upload_new(**driver, *context, y, y.size());
-  if (!d_y) return d_y.takeError();
-  auto d_table = upload_new(**driver, *context, table, table.size());
-  if (!d_table) return d_table.takeError();
-  auto d_index = upload_new(**driver, *context, index, index.size());
-  if (!d_index) return d_index.takeError();
-  auto d_dy = upload_new(**driver, *context, {}, grad.size());
-  if (!d_dy) return d_dy.takeError();
-  auto d_dgate = upload_new(**driver, *context, {}, static_cast<size_t>(c.table_rows * c.hidden) * elem);
-  if (!d_dgate) return d_dgate.takeError();
-  auto d_ws = upload_new(**driver, *context, {}, static_cast<size_t>(ws_bytes));
-  if (!d_ws) return d_ws.takeError();
+  DeviceBuffer* d_grad = arena->upload(grad, grad.size());
+  DeviceBuffer* d_y = arena->upload(y, y.size());
+  DeviceBuffer* d_table = arena->upload(table, table.size());
+  DeviceBuffer* d_index = arena->upload(index, index.size());
+  DeviceBuffer* d_dy = arena->upload({}, grad.size());
+  DeviceBuffer* d_dgate = arena->upload({}, static_cast<size_t>(c.table_rows * c.hidden) * elem);
+  DeviceBuffer* d_ws = arena->upload({}, static_cast<size_t>(ws_bytes));
+  if (auto err = arena->take_error()) return err;
 
   int64_t act_shape[3] = {c.batch, c.seq, c.hidden}, table_shape[2] = {c.table_rows, c.hidden};
   int64_t table_strides[2] = {c.table_stride, 1}, index_shape[1] = {c.seq}, ws_shape[1] = {ws_bytes};
@@ -129,10 +121,8 @@ llvm::Expected<CaseOutcome> run_gate_residual_backward_case(Runtime& runtime, in
 }
 
 llvm::Expected<CaseOutcome> run_rms_norm_backward_case(Runtime& runtime, int device_id, const RmsNormCase& c) {
-  auto driver = Driver::get();
-  if (!driver) return driver.takeError();
-  auto context = primary_context(**driver, device_id);
-  if (!context) return context.takeError();
+  auto arena = DeviceArena::open(device_id);
+  if (!arena) return arena.takeError();
   const size_t elem = dtype_size(c.dtype);
   const int64_t rows = c.seq * c.batch, count = rows * c.hidden;
   const bool modulated = c.table_stride > 0;
@@ -149,31 +139,20 @@ llvm::Expected<CaseOutcome> run_rms_norm_backward_case(Runtime& runtime, int dev
   const int64_t table_rows = modulated ? c.table_rows : 0;
   const int64_t ws_bytes = rms_norm_backward_workspace_bytes(rows, c.seq, table_rows, c.hidden, c.weighted);
 
-  auto d_x = upload_new(**driver, *context, x, x.size());
-  if (!d_x) return d_x.takeError();
-  auto d_grad = upload_new(**driver, *context, grad, grad.size());
-  if (!d_grad) return d_grad.takeError();
-  auto d_weight = upload_new(**driver, *context, weight, weight.size());
-  if (!d_weight) return d_weight.takeError();
-  auto d_table = upload_new(**driver, *context, table, table.size());
-  if (!d_table) return d_table.takeError();
-  auto d_index = upload_new(**driver, *context, index, index.size());
-  if (!d_index) return d_index.takeError();
-  auto d_out = upload_new(**driver, *context, {}, x.size());
-  if (!d_out) return d_out.takeError();
-  auto d_rstd = upload_new(**driver, *context, {}, static_cast<size_t>(rows) * 4);
-  if (!d_rstd) return d_rstd.takeError();
-  auto d_dx = upload_new(**driver, *context, {}, x.size());
-  if (!d_dx) return d_dx.takeError();
-  auto d_dweight = upload_new(**driver, *context, {}, weight.size());
-  if (!d_dweight) return d_dweight.takeError();
+  DeviceBuffer* d_x = arena->upload(x, x.size());
+  DeviceBuffer* d_grad = arena->upload(grad, grad.size());
+  DeviceBuffer* d_weight = arena->upload(weight, weight.size());
+  DeviceBuffer* d_table = arena->upload(table, table.size());
+  DeviceBuffer* d_index = arena->upload(index, index.size());
+  DeviceBuffer* d_out = arena->upload({}, x.size());
+  DeviceBuffer* d_rstd = arena->upload({}, static_cast<size_t>(rows) * 4);
+  DeviceBuffer* d_dx = arena->upload({}, x.size());
+  DeviceBuffer* d_dweight = arena->upload({}, weight.size());
   const size_t table_grad_bytes = static_cast<size_t>(c.table_rows * c.hidden) * elem;
-  auto d_dshift = upload_new(**driver, *context, {}, table_grad_bytes);
-  if (!d_dshift) return d_dshift.takeError();
-  auto d_dscale = upload_new(**driver, *context, {}, table_grad_bytes);
-  if (!d_dscale) return d_dscale.takeError();
-  auto d_ws = upload_new(**driver, *context, {}, static_cast<size_t>(std::max<int64_t>(ws_bytes, 256)));
-  if (!d_ws) return d_ws.takeError();
+  DeviceBuffer* d_dshift = arena->upload({}, table_grad_bytes);
+  DeviceBuffer* d_dscale = arena->upload({}, table_grad_bytes);
+  DeviceBuffer* d_ws = arena->upload({}, static_cast<size_t>(std::max<int64_t>(ws_bytes, 256)));
+  if (auto err = arena->take_error()) return err;
 
   int64_t x_shape[3] = {c.batch, c.seq, c.hidden}, weight_shape[1] = {c.hidden}, rstd_shape[1] = {rows};
   int64_t table_shape[2] = {c.table_rows, c.hidden}, table_strides[2] = {c.table_stride, 1}, index_shape[1] = {c.seq};
@@ -205,7 +184,7 @@ llvm::Expected<CaseOutcome> run_rms_norm_backward_case(Runtime& runtime, int dev
     return outcome;
   }
   std::vector<float> rstd(static_cast<size_t>(rows));
-  if (auto err = d_rstd->download(rstd.data(), rstd.size() * 4)) return std::move(err);
+  if (auto err = d_rstd->download(rstd.data(), rstd.size() * 4)) return err;
 
   const std::vector<int64_t> keys = keys_of(index.data(), c.index, c.seq, c.table_rows);
   const size_t row_bytes = static_cast<size_t>(c.hidden) * elem;
@@ -242,10 +221,8 @@ llvm::Expected<CaseOutcome> run_rms_norm_backward_case(Runtime& runtime, int dev
 
 llvm::Expected<CaseOutcome> run_adaln_row_gather_backward_case(Runtime& runtime, int device_id,
                                                                const AdalnRowGatherCase& c) {
-  auto driver = Driver::get();
-  if (!driver) return driver.takeError();
-  auto context = primary_context(**driver, device_id);
-  if (!context) return context.takeError();
+  auto arena = DeviceArena::open(device_id);
+  if (!arena) return arena.takeError();
   const size_t elem = dtype_size(c.dtype);
   const int64_t table_rows = 3 * c.timesteps;
   Generator gen{c.seed};
@@ -258,19 +235,14 @@ llvm::Expected<CaseOutcome> run_adaln_row_gather_backward_case(Runtime& runtime,
   }
   const std::vector<uint8_t> ti_bytes = index_bytes(c.index, ti), tag_bytes = index_bytes(c.index, tags);
   const int64_t ws_bytes = adaln_row_gather_backward_workspace_bytes(c.seq, table_rows, c.hidden);
-  auto d_grad = upload_new(**driver, *context, grad, grad.size());
-  if (!d_grad) return d_grad.takeError();
-  auto d_ti = upload_new(**driver, *context, ti_bytes, ti_bytes.size());
-  if (!d_ti) return d_ti.takeError();
-  auto d_tags = upload_new(**driver, *context, tag_bytes, tag_bytes.size());
-  if (!d_tags) return d_tags.takeError();
+  DeviceBuffer* d_grad = arena->upload(grad, grad.size());
+  DeviceBuffer* d_ti = arena->upload(ti_bytes, ti_bytes.size());
+  DeviceBuffer* d_tags = arena->upload(tag_bytes, tag_bytes.size());
   const int64_t out_count = table_rows * 6 * c.hidden;
-  auto d_rows = upload_new(**driver, *context, {}, static_cast<size_t>(out_count) * elem);
-  if (!d_rows) return d_rows.takeError();
-  auto d_rows32 = upload_new(**driver, *context, {}, static_cast<size_t>(out_count) * 4);
-  if (!d_rows32) return d_rows32.takeError();
-  auto d_ws = upload_new(**driver, *context, {}, static_cast<size_t>(ws_bytes));
-  if (!d_ws) return d_ws.takeError();
+  DeviceBuffer* d_rows = arena->upload({}, static_cast<size_t>(out_count) * elem);
+  DeviceBuffer* d_rows32 = arena->upload({}, static_cast<size_t>(out_count) * 4);
+  DeviceBuffer* d_ws = arena->upload({}, static_cast<size_t>(ws_bytes));
+  if (auto err = arena->take_error()) return err;
 
   int64_t grad_shape[3] = {6, c.seq, c.hidden}, index_shape[1] = {c.seq}, rows_shape[2] = {table_rows, 6 * c.hidden};
   int64_t ws_shape[1] = {ws_bytes};

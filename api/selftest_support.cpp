@@ -74,13 +74,29 @@ std::vector<uint8_t> index_bytes(IndexType type, const std::vector<int64_t>& val
   return bytes;
 }
 
-llvm::Expected<DeviceBuffer> upload_new(const Driver& driver, CUcontext context, const std::vector<uint8_t>& host,
-                                        size_t bytes, size_t offset) {
-  auto buffer = DeviceBuffer::allocate(driver, context, bytes);
-  if (!buffer) return buffer.takeError();
-  if (!host.empty())
-    if (auto err = buffer->upload(host.data(), host.size(), offset)) return err;
-  return buffer;
+llvm::Expected<DeviceArena> DeviceArena::open(int device_id) {
+  auto driver = Driver::get();
+  if (!driver) return driver.takeError();
+  auto context = primary_context(**driver, device_id);
+  if (!context) return context.takeError();
+  return DeviceArena(**driver, *context);
+}
+
+DeviceBuffer* DeviceArena::upload(const std::vector<uint8_t>& host, size_t bytes, size_t offset) {
+  if (error_) return nullptr;
+  auto buffer = DeviceBuffer::allocate(*driver_, context_, bytes);
+  if (!buffer) {
+    error_ = buffer.takeError();
+    return nullptr;
+  }
+  if (!host.empty()) {
+    if (auto err = buffer->upload(host.data(), host.size(), offset)) {
+      error_ = std::move(err);
+      return nullptr;
+    }
+  }
+  buffers_.push_back(std::move(*buffer));
+  return &buffers_.back();
 }
 
 DLDataType dl_index(IndexType type) { return DLDataType{kDLInt, static_cast<uint8_t>(type == IndexType::I32 ? 32 : 64), 1}; }

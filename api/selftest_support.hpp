@@ -11,6 +11,7 @@
 #include <llvm/Support/Error.h>
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,26 @@ std::vector<uint8_t> random_storage(Generator& gen, DType dtype, int64_t count, 
 DLTensor device_tensor(const DeviceBuffer& buffer, uint64_t byte_offset, int device_id, int ndim, int64_t* shape,
                        int64_t* strides, DLDataType dtype);
 std::vector<uint8_t> index_bytes(IndexType type, const std::vector<int64_t>& values);
-llvm::Expected<DeviceBuffer> upload_new(const Driver& driver, CUcontext context, const std::vector<uint8_t>& host,
-                                        size_t bytes, size_t offset = 0);
+
+/// The device buffers of one case on one device. Each upload allocates a buffer of `bytes` and
+/// copies `host` to `offset`; the first failure is kept (later uploads do nothing and return
+/// null), so a case checks take_error() once, before it touches any buffer.
+class DeviceArena {
+ public:
+  static llvm::Expected<DeviceArena> open(int device_id);
+  DeviceArena(DeviceArena&&) = default;
+  ~DeviceArena() { llvm::consumeError(std::move(error_)); }
+
+  DeviceBuffer* upload(const std::vector<uint8_t>& host, size_t bytes, size_t offset = 0);
+  llvm::Error take_error() { return std::move(error_); }
+
+ private:
+  DeviceArena(const Driver& driver, CUcontext context) : driver_(&driver), context_(context) {}
+  const Driver* driver_;
+  CUcontext context_;
+  std::deque<DeviceBuffer> buffers_;
+  llvm::Error error_ = llvm::Error::success();
+};
 DLDataType dl_index(IndexType type);
 DLDataType dl_dtype(DType dtype);
 

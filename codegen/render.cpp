@@ -55,7 +55,7 @@ KernelSource render(const KernelSpec& spec) {
       break;
     case Op::RmsNorm:
       source.text = assemble(spec, source.entry, render_rms_norm_constants(spec),
-                             {"numerics.cuh", "vector_io.cuh", "quad_io.cuh", "error_record.cuh", "rms_norm.cuh"});
+                             {"numerics.cuh", "vector_io.cuh", "quad_io.cuh", "row_sum.cuh", "error_record.cuh", "rms_norm.cuh"});
       break;
     case Op::TimestepSinusoid:
       source.text = assemble(spec, source.entry, render_sinusoid_constants(spec),
@@ -73,7 +73,8 @@ KernelSource render(const KernelSpec& spec) {
       break;
     case Op::RmsNormBackward:
       source.text = assemble(spec, source.entry, render_backward_constants(spec),
-                             {"numerics.cuh", "vector_io.cuh", "quad_io.cuh", "error_record.cuh", "rms_norm_backward.cuh"});
+                             {"numerics.cuh", "vector_io.cuh", "quad_io.cuh", "row_sum.cuh", "error_record.cuh",
+                              "rms_norm_backward.cuh"});
       break;
     case Op::RmsNormTableGrad:
     case Op::RmsNormWeightGrad:
@@ -83,7 +84,7 @@ KernelSource render(const KernelSpec& spec) {
       break;
     case Op::TimestepSinusoidBackward:
       source.text = assemble(spec, source.entry, render_backward_constants(spec),
-                             {"numerics.cuh", "error_record.cuh", "timestep_sinusoid_backward.cuh"});
+                             {"numerics.cuh", "row_sum.cuh", "error_record.cuh", "timestep_sinusoid_backward.cuh"});
       break;
     case Op::SegmentCount:
       source.text = assemble(spec, source.entry, render_backward_constants(spec),

@@ -29,6 +29,17 @@ XJ_DEVICE void report_bad_index(ErrorRecord* record, u32 op, long long position,
     record->bound = bound;
   }
 }
+
+// index[position] when it lies in [0, bound); otherwise -1, reported when `report` (one thread
+// of the group that shares the index reports it).
+template <typename Index>
+XJ_DEVICE long long checked_index(const Index* index, long long position, long long bound, ErrorRecord* errors, u32 op,
+                                  bool report) {
+  const long long i = (long long)index[position];
+  if (i >= 0 && i < bound) return i;
+  if (report) report_bad_index(errors, op, position, i, bound);
+  return -1;
+}
 #endif
 
 }  // namespace xj

@@ -40,19 +40,14 @@ XJ_ENTRY(const rms_norm::T* __restrict__ x, const rms_norm::T* __restrict__ weig
   __shared__ float warp_sums[spec::kRowsPerBlock][kWarps];
   const int group = threadIdx.x / kRowThreads;
   const int t = threadIdx.x % kRowThreads;
-  const int warp = t / 32;
-  const int lane = t % 32;
   const long long row = (long long)blockIdx.x * spec::kRowsPerBlock + group;
   bool live = row < rows;
 
   long long i = 0;
   if (spec::kModulated && live) {
-    const long long position = row % seq;
-    i = (long long)index[position];
-    if (i < 0 || i >= table_rows) {
-      if (t == 0) xj::report_bad_index(errors, spec::kOpCode, position, i, table_rows);
-      live = false;
-    }
+    i = xj::checked_index(index, row % seq, table_rows, errors, spec::kOpCode, t == 0);
+    live = i >= 0;
+    if (!live) i = 0;
   }
 
   // 1. One read of the row into registers, then the sum of squares in PyTorch's order.
@@ -73,15 +68,10 @@ XJ_ENTRY(const rms_norm::T* __restrict__ x, const rms_norm::T* __restrict__ weig
       }
     }
   }
-  // 2. Within each warp.
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) s = xj::add(s, __shfl_down_sync(0xFFFFFFFFu, s, offset));
-  if (lane == 0) warp_sums[group][warp] = s;
-  __syncthreads();
+  // 2. Within each warp, 3. across warps (row_sum.cuh).
+  const float total = xj::row_sum_128(s, warp_sums[group]);
   if (!live) return;
-  // 3. Across warps, 4. mean square and the reciprocal square root.
-  const float* w = warp_sums[group];
-  const float total = xj::add(xj::add(w[0], w[2]), xj::add(w[1], w[3]));
+  // 4. Mean square and the reciprocal square root.
   const float ms = __fdiv_rn(total, (float)spec::kHidden);
   const float rstd = rsqrtf(xj::add(ms, eps));
   if (rstd_out && t == 0) rstd_out[row] = rstd;

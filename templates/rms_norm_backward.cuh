@@ -44,16 +44,12 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
   __shared__ float warp_sums[4];
   const long long row = blockIdx.x;
   const int t = threadIdx.x;
-  const int warp = t / 32, lane = t % 32;
   bool live = true;
   long long i = 0;
   if (kModulated) {
-    const long long position = row % seq;
-    i = (long long)index[position];
-    if (i < 0 || i >= table_rows) {
-      if (t == 0) xj::report_bad_index(errors, spec::kOpCode, position, i, table_rows);
-      live = false;
-    }
+    i = xj::checked_index(index, row % seq, table_rows, errors, spec::kOpCode, t == 0);
+    live = i >= 0;
+    if (!live) i = 0;
   }
   const T* x_row = x + row * spec::kHidden;
   const T* grad_row = grad + row * spec::kHidden;
@@ -78,11 +74,8 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
     }
   }
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) dot = xj::add(dot, __shfl_down_sync(0xFFFFFFFFu, dot, offset));
-  if (lane == 0) warp_sums[warp] = dot;
-  __syncthreads();
+  const float total = xj::row_sum_128(dot, warp_sums);
   if (!live) return;
-  const float total = xj::add(xj::add(warp_sums[0], warp_sums[2]), xj::add(warp_sums[1], warp_sums[3]));
   const float r = rstd[row];
   const float coef = xj::div(xj::mul(xj::mul(xj::mul(r, r), r), total), (float)spec::kHidden);
   T* dx_row = dx + row * spec::kHidden;

@@ -33,8 +33,6 @@ XJ_ENTRY(const float* __restrict__ t, const float* __restrict__ grad, float* __r
     sum = xj::add(sum, term);
   }
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) sum = xj::add(sum, __shfl_down_sync(0xFFFFFFFFu, sum, offset));
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) d_t[row] = xj::add(xj::add(warp_sums[0], warp_sums[2]), xj::add(warp_sums[1], warp_sums[3]));
+  const float total = xj::row_sum_128(sum, warp_sums);
+  if (threadIdx.x == 0) d_t[row] = total;
 }

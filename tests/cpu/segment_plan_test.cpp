@@ -8,6 +8,7 @@
 #include "kernels/segment_plan.hpp"
 #include "kernels/segment_plan_model.hpp"
 #include "runtime/errors.hpp"
+#include "support/fake_tensor.hpp"
 
 #include <gtest/gtest.h>
 
@@ -33,7 +34,9 @@ void expect_valid_plan(const std::vector<int64_t>& keys, int64_t table_rows, int
       EXPECT_GE(rows.size(), 1u);
       EXPECT_LE(static_cast<int64_t>(rows.size()), kTilePositions);
       // Only the last tile of a row may be short.
-      if (t + 1 < plan.row_tile_start[k + 1]) EXPECT_EQ(static_cast<int64_t>(rows.size()), kTilePositions);
+      if (t + 1 < plan.row_tile_start[k + 1]) {
+        EXPECT_EQ(static_cast<int64_t>(rows.size()), kTilePositions);
+      }
       got.insert(got.end(), rows.begin(), rows.end());
     }
     EXPECT_EQ(got, expected) << "row " << k;
@@ -96,26 +99,13 @@ TEST(SegmentPlan, WorkspaceSizesRefuseInvalidShapes) {
 
 // --- backward planners ------------------------------------------------------------------------
 
-struct FakeTensor {
-  std::vector<int64_t> shape, strides;
-  DLTensor t{};
-  FakeTensor(uint64_t address, std::vector<int64_t> dims, DLDataType dtype, std::vector<int64_t> stride = {})
-      : shape(std::move(dims)), strides(std::move(stride)) {
-    t.data = reinterpret_cast<void*>(address);
-    t.device = {kDLCUDA, 0};
-    t.ndim = static_cast<int>(shape.size());
-    t.dtype = dtype;
-    t.shape = shape.data();
-    t.strides = strides.empty() ? nullptr : strides.data();
-  }
-};
-
-constexpr DLDataType kBF16{kDLBfloat, 16, 1};
-constexpr DLDataType kF32{kDLFloat, 32, 1};
-constexpr DLDataType kI64{kDLInt, 64, 1};
-constexpr DLDataType kU8{kDLUInt, 8, 1};
+using test::FakeTensor;
+using test::kBF16;
+using test::kF32;
+using test::kI64;
+using test::kU8;
+using test::GiB;
 constexpr int64_t H = 5376;
-constexpr uint64_t GiB = 1ull << 30;
 
 struct GateBackwardCall {
   FakeTensor grad{1 * GiB, {2, 7, H}, kBF16};

@@ -8,6 +8,7 @@
 #include "kernels/rms_norm.hpp"
 #include "kernels/timestep_sinusoid.hpp"
 #include "runtime/errors.hpp"
+#include "support/fake_tensor.hpp"
 
 #include <gtest/gtest.h>
 
@@ -18,27 +19,13 @@
 namespace exactjit {
 namespace {
 
-struct FakeTensor {
-  std::vector<int64_t> shape;
-  std::vector<int64_t> strides;
-  DLTensor t{};
-  FakeTensor(uint64_t address, std::vector<int64_t> dims, DLDataType dtype, std::vector<int64_t> stride = {})
-      : shape(std::move(dims)), strides(std::move(stride)) {
-    t.data = reinterpret_cast<void*>(address);
-    t.device = {kDLCUDA, 0};
-    t.ndim = static_cast<int>(shape.size());
-    t.dtype = dtype;
-    t.shape = shape.data();
-    t.strides = strides.empty() ? nullptr : strides.data();
-  }
-};
-
-constexpr DLDataType kBF16{kDLBfloat, 16, 1};
-constexpr DLDataType kF32{kDLFloat, 32, 1};
-constexpr DLDataType kI64{kDLInt, 64, 1};
-constexpr DLDataType kI32{kDLInt, 32, 1};
+using test::FakeTensor;
+using test::kBF16;
+using test::kF32;
+using test::kI64;
+using test::kI32;
+using test::GiB;
 constexpr int64_t H = 5376;
-constexpr uint64_t GiB = 1ull << 30;
 
 struct Call {
   FakeTensor residual{1 * GiB, {2, 7, H}, kBF16};

@@ -33,6 +33,12 @@ cl::opt<bool> unweighted_flag("unweighted", cl::desc("inspect: rms_norm without 
                               cl::sub(inspect_command), cl::cat(category));
 cl::opt<long long> channels_flag("channels", cl::desc("timestep_sinusoid: channels C (default 256)"),
                                  cl::value_desc("C"), cl::init(0), XJ_SPEC_SUBS, cl::cat(category));
+cl::opt<long long> in_features_flag("in-features", cl::desc("det_linear: in_features K (default 2688)"),
+                                    cl::value_desc("K"), cl::init(0), XJ_SPEC_SUBS, cl::cat(category));
+cl::opt<long long> out_features_flag("out-features", cl::desc("det_linear: out_features N (default 18 x 5376)"),
+                                     cl::value_desc("N"), cl::init(0), XJ_SPEC_SUBS, cl::cat(category));
+cl::opt<std::string> activation_flag("activation", cl::desc("det_linear: none | silu (prewarm default: both)"),
+                                     cl::value_desc("act"), XJ_SPEC_SUBS, cl::cat(category));
 #undef XJ_SPEC_SUBS
 
 cl::opt<std::string> manifest_flag("manifest",

@@ -21,12 +21,16 @@ struct FamilyRequest {
   std::string dtype;  // empty: all
   int64_t table_stride = 0;
   int64_t channels = 0;
+  int64_t in_features = 0, out_features = 0;  // det_linear
+  std::string activation;                     // det_linear: none | silu; empty: both
   std::string arch;
 };
 
 llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, const Target& fallback) {
   const std::optional<Op> op = parse_op(request.op);
-  if (!op) return usage(fmt::format("unknown op '{}' (known: gate_residual, adaln_row_gather, rms_norm, timestep_sinusoid)", request.op));
+  if (!op)
+    return usage(fmt::format("unknown op '{}' (known: gate_residual, adaln_row_gather, rms_norm, timestep_sinusoid, "
+                             "det_linear, and their *_backward)", request.op));
   Target target = fallback;
   if (!request.arch.empty()) {
     const std::optional<Target> parsed = parse_target(request.arch);
@@ -38,6 +42,23 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
       return usage("timestep_sinusoid is fp32 only");
     const std::vector<KernelSpec> specs = spec_family(*op, DType::F32, request.channels ? request.channels : 256, 0, target);
     if (auto err = validate_spec(specs.front())) return err;
+    return specs;
+  }
+  if (*op == Op::DetLinear) {  // defaults: the H3 AdaLN projection (bf16, 2688 -> 18 x 5376)
+    const std::optional<DType> dtype = parse_dtype(request.dtype.empty() ? "bf16" : request.dtype);
+    if (!dtype || *dtype == DType::F16) return usage(fmt::format("det_linear weights are bf16 or fp32 (got '{}')", request.dtype));
+    std::vector<bool> activations = {false, true};
+    if (request.activation == "silu") activations = {true};
+    else if (request.activation == "none") activations = {false};
+    else if (!request.activation.empty()) return usage(fmt::format("unknown activation '{}' (none, silu)", request.activation));
+    std::vector<KernelSpec> specs;
+    for (bool silu : activations) {
+      KernelSpec spec = make_spec(Op::DetLinear, *dtype, IndexType::I64, request.in_features ? request.in_features : kTimeEmbedDim,
+                                  request.out_features ? request.out_features : 18 * kDefaultHidden, 8, silu);
+      spec.target = target;
+      if (auto err = validate_spec(spec)) return err;
+      specs.push_back(spec);
+    }
     return specs;
   }
   const int64_t hidden = request.hidden ? request.hidden : kDefaultHidden;
@@ -81,6 +102,9 @@ llvm::Expected<std::vector<FamilyRequest>> read_manifest(const std::string& file
       else if (name == "hidden" && value.getAsInteger()) request.hidden = *value.getAsInteger();
       else if (name == "table_stride" && value.getAsInteger()) request.table_stride = *value.getAsInteger();
       else if (name == "channels" && value.getAsInteger()) request.channels = *value.getAsInteger();
+      else if (name == "in_features" && value.getAsInteger()) request.in_features = *value.getAsInteger();
+      else if (name == "out_features" && value.getAsInteger()) request.out_features = *value.getAsInteger();
+      else if (name == "activation" && value.getAsString()) request.activation = value.getAsString()->str();
       else return usage(fmt::format("manifest {}: element {} has an unknown or mistyped field '{}'", file, k, name));
     }
     requests.push_back(request);
@@ -117,8 +141,8 @@ llvm::Expected<Target> target_from_flags() {
 llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
   auto target = target_from_flags();
   if (!target) return target.takeError();
-  if (hidden_flag < 0 || table_stride_flag < 0 || channels_flag < 0)
-    return usage("--hidden, --table-stride and --channels must be positive");
+  if (hidden_flag < 0 || table_stride_flag < 0 || channels_flag < 0 || in_features_flag < 0 || out_features_flag < 0)
+    return usage("--hidden, --table-stride, --channels, --in-features and --out-features must be positive");
 
   if (!manifest_flag.empty()) {
     if (single) return usage("--manifest is for prewarm");
@@ -132,7 +156,8 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
     }
     return specs;
   }
-  const bool any_spec_flag = !op_flag.empty() || hidden_flag || !dtype_flag.empty() || table_stride_flag || channels_flag;
+  const bool any_spec_flag = !op_flag.empty() || hidden_flag || !dtype_flag.empty() || table_stride_flag ||
+                             channels_flag || in_features_flag || out_features_flag || !activation_flag.empty();
   if (!single && !any_spec_flag) return default_catalog(*target);
 
   FamilyRequest request;
@@ -141,7 +166,11 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
   request.dtype = dtype_flag;
   request.table_stride = table_stride_flag;
   request.channels = channels_flag;
+  request.in_features = in_features_flag;
+  request.out_features = out_features_flag;
+  request.activation = activation_flag;
   if (single && request.dtype.empty() && request.op != "timestep_sinusoid") request.dtype = "bf16";
+  if (single && request.activation.empty() && request.op == "det_linear") request.activation = "silu";
   auto family = expand(request, *target);
   if (!family) return family.takeError();
   if (!single) return family;

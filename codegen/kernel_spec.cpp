@@ -15,6 +15,7 @@ std::string_view op_name(Op op) {
     case Op::AdalnRowGather: return "adaln_row_gather";
     case Op::RmsNorm: return "rms_norm";
     case Op::TimestepSinusoid: return "timestep_sinusoid";
+    case Op::DetLinear: return "det_linear";
     case Op::GateResidualBackward: return "gate_residual_backward";
     case Op::AdalnRowGatherBackward: return "adaln_row_gather_backward";
     case Op::RmsNormBackward: return "rms_norm_backward";
@@ -56,7 +57,7 @@ std::optional<Op> parse_op(std::string_view text) {
   if (text == "adaln_row_gather") return Op::AdalnRowGather;
   if (text == "rms_norm") return Op::RmsNorm;
   if (text == "timestep_sinusoid") return Op::TimestepSinusoid;
-  for (Op op : {Op::GateResidualBackward, Op::AdalnRowGatherBackward, Op::RmsNormBackward, Op::RmsNormTableGrad,
+  for (Op op : {Op::DetLinear, Op::GateResidualBackward, Op::AdalnRowGatherBackward, Op::RmsNormBackward, Op::RmsNormTableGrad,
                 Op::RmsNormWeightGrad, Op::TimestepSinusoidBackward, Op::SegmentCount, Op::SegmentScan,
                 Op::SegmentScatter, Op::SegmentFold})
     if (text == op_name(op)) return op;
@@ -105,6 +106,9 @@ KernelSpec make_spec(Op op, DType dtype, IndexType index, int64_t hidden, int64_
 }
 
 std::string KernelSpec::describe() const {
+  if (op == Op::DetLinear)
+    return fmt::format("det_linear dtype={} in_features={} out_features={} activation={} rows={} target={}",
+                       dtype_name(dtype), hidden, table_stride, weighted ? "silu" : "none", vec, target.name());
   return fmt::format("{} dtype={} hidden={} table_stride={} vec={} index={} target={}{}", op_name(op),
                      dtype_name(dtype), hidden, table_stride, vec, index_type_name(index), target.name(),
                      weighted ? " weight=yes" : (op == Op::RmsNorm ? " weight=no" : ""));

@@ -19,6 +19,7 @@ enum class Op : uint8_t {
   AdalnRowGather,
   RmsNorm,
   TimestepSinusoid,
+  DetLinear,  ///< hidden = in_features K, table_stride = out_features N, vec = row tile, weighted = SiLU
   // Backward passes (docs/backward.md).
   GateResidualBackward,      ///< d_y and the d_gate tile partials, one segment tile per block
   AdalnRowGatherBackward,    ///< d_rows tile partials, one (segment tile, chunk) per block

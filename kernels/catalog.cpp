@@ -1,6 +1,7 @@
 // exactjit kernel catalog (see catalog.hpp).
 #include "kernels/catalog.hpp"
 
+#include "kernels/det_linear.hpp"
 #include "kernels/rms_norm.hpp"
 #include "kernels/timestep_sinusoid.hpp"
 #include "runtime/errors.hpp"
@@ -62,6 +63,14 @@ bool is_backward(Op op) { return op >= Op::GateResidualBackward; }
 
 std::vector<KernelSpec> spec_family(Op op, DType dtype, int64_t hidden, int64_t table_stride, Target target) {
   std::vector<KernelSpec> specs;
+  if (op == Op::DetLinear) {  // hidden = in_features, table_stride = out_features; both activations
+    for (bool silu : {false, true}) {
+      KernelSpec spec = det_linear_spec(dtype, hidden, table_stride, silu);
+      spec.target = target;
+      specs.push_back(spec);
+    }
+    return specs;
+  }
   if (is_backward(op)) {
     specs = backward_family(op, dtype, hidden, table_stride);
     for (KernelSpec& spec : specs) spec.target = target;
@@ -130,6 +139,16 @@ std::vector<KernelSpec> default_catalog(Target target) {
     for (const KernelSpec& spec : spec_family(op, DType::F32, 1, 0, target)) specs.push_back(spec);
   for (const KernelSpec& spec : spec_family(Op::TimestepSinusoidBackward, DType::F32, 256, 0, target))
     specs.push_back(spec);
+  // det_linear: the timestep MLP (fp32: 256 -> 5376 + SiLU, 5376 -> 2688), the block's AdaLN
+  // projection (bf16: SiLU(temb) -> 18H) and the final one (-> 2H).
+  for (const KernelSpec& spec : {det_linear_spec(DType::F32, kSinusoidChannels, 2 * kTimeEmbedDim, true),
+                                 det_linear_spec(DType::F32, 2 * kTimeEmbedDim, kTimeEmbedDim, false),
+                                 det_linear_spec(DType::BF16, kTimeEmbedDim, 18 * kDefaultHidden, true),
+                                 det_linear_spec(DType::BF16, kTimeEmbedDim, 2 * kDefaultHidden, true)}) {
+    KernelSpec targeted = spec;
+    targeted.target = target;
+    specs.push_back(targeted);
+  }
   return specs;
 }
 
@@ -140,6 +159,15 @@ llvm::Error validate_spec(const KernelSpec& spec) {
   if (spec.hidden < 1 || spec.hidden > INT_MAX) return bad(fmt::format("hidden must be in [1, {}]", INT_MAX));
   if (spec.target.sm < 75) return bad("targets older than sm_75 are not supported");
   switch (spec.op) {
+    case Op::DetLinear:
+      if (spec.dtype == DType::F16) return bad("det_linear weights are bf16 or fp32");
+      if (spec.dtype == DType::BF16 && spec.target.sm < 80)
+        return bad("det_linear with bf16 weights needs sm_80 or newer (bf16 tensor-core mma)");
+      if (spec.hidden % (spec.dtype == DType::BF16 ? 16 : 4) != 0)
+        return bad("in_features must be a multiple of 16 (bf16) or 4 (fp32)");
+      if (spec.table_stride < 1 || spec.table_stride > INT_MAX) return bad("out_features must be in [1, 2^31)");
+      if (spec.vec != 8) return bad("the row tile is 8");
+      return llvm::Error::success();
     case Op::RmsNormBackward:
     case Op::RmsNormTableGrad:
     case Op::RmsNormWeightGrad:

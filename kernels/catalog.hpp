@@ -12,6 +12,10 @@ namespace exactjit {
 
 /// H3's hidden size, the default of the embedded catalog (NUMERICS.md).
 inline constexpr int64_t kDefaultHidden = 5376;
+/// H3's time-embedding width D (the timestep MLP's output, the AdaLN projections' input).
+inline constexpr int64_t kTimeEmbedDim = 2688;
+/// The sinusoid's channels (the timestep MLP's input).
+inline constexpr int64_t kSinusoidChannels = 256;
 
 /// Every spec a call of this shape can select at run time on `target`: both index types, and the
 /// 16-byte and scalar vector widths where they differ.

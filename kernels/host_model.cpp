@@ -132,4 +132,26 @@ int64_t adaln_row_gather_model(size_t element_bytes, const void* rows, int64_t t
   return skipped;
 }
 
+void det_linear_fp32_model(const float* x, const float* weight, const float* bias, int64_t rows, int64_t in_features,
+                           int64_t out_features, float* v) {
+  constexpr int kLanes = 32;
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t n = 0; n < out_features; ++n) {
+      float lanes[kLanes];
+      for (int lane = 0; lane < kLanes; ++lane) {
+        float d = 0.0f;
+        for (int64_t c = lane; c < in_features / 4; c += kLanes)
+          for (int e = 0; e < 4; ++e) d = fma_model(weight[n * in_features + 4 * c + e], x[t * in_features + 4 * c + e], d);
+        lanes[lane] = d;
+      }
+      for (int offset = 16; offset > 0; offset /= 2) {
+        float next[kLanes];
+        for (int lane = 0; lane < kLanes; ++lane) next[lane] = xj::add(lanes[lane], lanes[lane ^ offset]);
+        std::memcpy(lanes, next, sizeof lanes);
+      }
+      v[t * out_features + n] = bias ? xj::add(lanes[0], bias[n]) : lanes[0];
+    }
+  }
+}
+
 }  // namespace exactjit

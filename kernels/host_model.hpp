@@ -33,4 +33,10 @@ int64_t adaln_row_gather_model(size_t element_bytes, const void* rows, int64_t t
                                const void* timestep_indices, const void* token_tags, IndexType index_type, void* out,
                                int64_t seq, int64_t hidden);
 
+/// det_linear with fp32 weights, before the activation: v[t, n] = add(dot, b[n]) (no bias: dot)
+/// with dot in the kernel's order (32 lanes, lane l's fma chain over 4-element chunks l, l+32,
+/// ..., then the xor butterfly, lane 0's value). x (T, K), weight (N, K), v (T, N).
+void det_linear_fp32_model(const float* x, const float* weight, const float* bias, int64_t rows, int64_t in_features,
+                           int64_t out_features, float* v);
+
 }  // namespace exactjit

@@ -1,0 +1,85 @@
+// exactjit op det_linear: validate, spec, geometry, parameters.
+#include "kernels/det_linear.hpp"
+
+#include "kernels/tensor_check.hpp"
+
+#include <fmt/format.h>
+
+#include <climits>
+
+namespace exactjit {
+namespace {
+constexpr std::string_view kOp = "det_linear";
+ArgName arg(std::string_view name) { return {kOp, name}; }
+constexpr int kRowTile = 8;
+constexpr int kThreads = 256;
+// Output columns per block: fp32 8 warps x 4 columns; bf16 8 warps x 16 features (templates).
+int64_t columns_per_block(DType dtype) { return dtype == DType::F32 ? 32 : 128; }
+}  // namespace
+
+KernelSpec det_linear_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu) {
+  return make_spec(Op::DetLinear, weight_dtype, IndexType::I64, in_features, out_features, kRowTile, silu);
+}
+
+llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& a) {
+  llvm::SmallVector<NamedTensor, 5> tensors = {{"x", &a.x}, {"weight", &a.weight}, {"out", &a.out}};
+  if (a.bias) tensors.push_back({"bias", a.bias});
+  if (a.pre_activation) tensors.push_back({"pre_activation", a.pre_activation});
+  if (auto err = require_cuda_on_one_device(kOp, tensors)) return std::move(err);
+  auto dtype = float_dtype(arg("weight"), a.weight);
+  if (!dtype) return dtype.takeError();
+  if (*dtype == DType::F16) return invalid(arg("weight"), "must be float32 or bfloat16");
+  auto is_f32 = [](const DLTensor& t) { return t.dtype.code == kDLFloat && t.dtype.bits == 32 && t.dtype.lanes == 1; };
+  if (!is_f32(a.x)) return invalid(arg("x"), "must be float32");
+  if (a.x.ndim != 2 || !is_contiguous(a.x))
+    return invalid(arg("x"), fmt::format("must be (T, K) contiguous (got {})", shape_string(a.x)));
+  const int64_t rows = a.x.shape[0], in_features = a.x.shape[1];
+  if (a.weight.ndim != 2 || a.weight.shape[1] != in_features || !is_contiguous(a.weight))
+    return invalid(arg("weight"), fmt::format("must be (N, {}) contiguous (got {})", in_features, shape_string(a.weight)));
+  const int64_t out_features = a.weight.shape[0];
+  const int64_t multiple = *dtype == DType::F32 ? 4 : 16;
+  if (in_features < multiple || in_features % multiple != 0 || in_features > INT_MAX)
+    return invalid(arg("x"), fmt::format("in_features must be a positive multiple of {} for {} weights (got {})",
+                                         multiple, dtype_name(*dtype), in_features));
+  if (out_features < 1 || out_features > INT_MAX) return invalid(arg("weight"), "must have 1 <= N < 2^31 rows");
+  if (data_address(a.x) % 16 != 0 || data_address(a.weight) % 16 != 0)
+    return invalid(arg("x"), "x and weight must be 16-byte aligned");
+  if (a.bias) {
+    auto bias_dtype = float_dtype(arg("bias"), *a.bias);
+    if (!bias_dtype) return bias_dtype.takeError();
+    if (*bias_dtype != *dtype || a.bias->ndim != 1 || a.bias->shape[0] != out_features || !is_contiguous(*a.bias))
+      return invalid(arg("bias"), fmt::format("must be ({},) contiguous in the weight's dtype", out_features));
+  }
+  const bool out_ok = (*dtype == DType::F32 ? is_f32(a.out) : a.out.dtype.code == kDLBfloat && a.out.dtype.bits == 16) &&
+                      a.out.ndim == 2 && a.out.shape[0] == rows && a.out.shape[1] == out_features && is_contiguous(a.out);
+  if (!out_ok)
+    return invalid(arg("out"), fmt::format("must be ({}, {}) contiguous in {}", rows, out_features,
+                                           *dtype == DType::F32 ? "float32" : "bfloat16"));
+  if (a.pre_activation && (!is_f32(*a.pre_activation) || a.pre_activation->ndim != 2 ||
+                           a.pre_activation->shape[0] != rows || a.pre_activation->shape[1] != out_features ||
+                           !is_contiguous(*a.pre_activation)))
+    return invalid(arg("pre_activation"), fmt::format("must be ({}, {}) float32 contiguous", rows, out_features));
+  for (const auto& [name, t] : tensors)
+    for (const DLTensor* o : {&a.out, a.pre_activation})
+      if (o && o != t && overlaps(*o, *t)) return invalid(arg(name), "must not overlap out or pre_activation");
+
+  LaunchPlan plan;
+  plan.spec = det_linear_spec(*dtype, in_features, out_features, a.silu);
+  plan.device_id = a.x.device.device_id;
+  if (rows == 0) return plan;
+  const int64_t blocks = (out_features + columns_per_block(*dtype) - 1) / columns_per_block(*dtype);
+  const int64_t row_tiles = (rows + kRowTile - 1) / kRowTile;
+  if (row_tiles > 65535) return invalid(arg("x"), fmt::format("has too many rows ({})", rows));
+  plan.grid = static_cast<uint32_t>(blocks);
+  plan.grid_y = static_cast<uint32_t>(row_tiles);
+  plan.threads = kThreads;
+  plan.push(data_address(a.x));
+  plan.push(data_address(a.weight));
+  plan.push(a.bias ? data_address(*a.bias) : 0);
+  plan.push(data_address(a.out));
+  plan.push(a.pre_activation ? data_address(*a.pre_activation) : 0);
+  plan.push(static_cast<uint64_t>(rows));
+  return plan;
+}
+
+}  // namespace exactjit

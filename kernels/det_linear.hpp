@@ -1,0 +1,28 @@
+// exactjit op det_linear (NUMERICS.md "det_linear"; docs/det_linear.md): out = act(x @ W^T + b)
+// for T rows (GEMV-shaped), in a fixed, batch-invariant order. fp32 weights: fp32 fma chains
+// (no TF32), optional SiLU on the output, fp32 out. bf16 weights: tensor-core mma over 16-wide K
+// groups, input rT(silu(x)) or rT(x) cast while staging, bf16 out (the AdaLN table); sm_80+.
+#pragma once
+
+#include "kernels/launch_plan.hpp"
+
+#include <dlpack/dlpack.h>
+#include <llvm/Support/Error.h>
+
+namespace exactjit {
+
+struct DetLinearArgs {
+  const DLTensor& x;               ///< (T, K) float32 contiguous
+  const DLTensor& weight;          ///< (N, K) contiguous, float32 or bfloat16
+  const DLTensor* bias;            ///< (N,) in the weight's dtype, or null
+  const DLTensor& out;             ///< (T, N) contiguous: float32 (fp32 weights) or bfloat16
+  const DLTensor* pre_activation;  ///< (T, N) float32 (x @ W^T + b before the rounding/activation), or null
+  bool silu;                       ///< fp32: SiLU on the output; bf16: SiLU on x before the cast
+};
+
+llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& args);
+
+/// The spec of one det_linear kernel (row tile 8).
+KernelSpec det_linear_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu);
+
+}  // namespace exactjit

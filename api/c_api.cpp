@@ -90,6 +90,13 @@ exactjit_status_t xj_timestep_sinusoid(xj_runtime* runtime, const DLTensor* t, c
                                                    scale, check_range != 0, stream));
 }
 
+exactjit_status_t xj_det_linear(xj_runtime* runtime, const DLTensor* x, const DLTensor* weight, const DLTensor* bias,
+                                const DLTensor* out, const DLTensor* pre_activation, int silu, void* stream) {
+  if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "det_linear: runtime must not be NULL");
+  if (!x || !weight || !out) return fail(XJ_ERROR_INVALID_ARGUMENT, "det_linear: x, weight and out must not be NULL");
+  return finish(runtime->runtime.det_linear(*x, *weight, bias, *out, pre_activation, silu != 0, stream));
+}
+
 long long xj_gate_residual_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
                                                    long long hidden) {
   return exactjit::gate_residual_backward_workspace_bytes(rows, seq, table_rows, hidden);

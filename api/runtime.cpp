@@ -9,6 +9,7 @@
 #include "codegen/render.hpp"
 #include "kernels/adaln_row_gather.hpp"
 #include "kernels/adaln_row_gather_backward.hpp"
+#include "kernels/det_linear.hpp"
 #include "kernels/gate_residual.hpp"
 #include "kernels/gate_residual_backward.hpp"
 #include "kernels/rms_norm.hpp"
@@ -215,6 +216,13 @@ Status Runtime::timestep_sinusoid(const DLTensor& t, const DLTensor& out, double
                                   double downscale_freq_shift, double scale, bool check_range, void* stream) {
   auto plan =
       plan_timestep_sinusoid({t, out, SinusoidParams{max_period, flip_sin_to_cos, downscale_freq_shift, scale, check_range}});
+  if (!plan) return to_status(plan.takeError());
+  return to_status(impl_->launch(*plan, stream));
+}
+
+Status Runtime::det_linear(const DLTensor& x, const DLTensor& weight, const DLTensor* bias, const DLTensor& out,
+                           const DLTensor* pre_activation, bool silu, void* stream) {
+  auto plan = plan_det_linear({x, weight, bias, out, pre_activation, silu});
   if (!plan) return to_status(plan.takeError());
   return to_status(impl_->launch(*plan, stream));
 }

@@ -70,6 +70,12 @@ XJ_API exactjit_status_t xj_timestep_sinusoid(xj_runtime* runtime, const DLTenso
                                               double downscale_freq_shift, double scale, int check_range,
                                               void* stream);
 
+/* out = act(x @ weight^T + bias), fixed batch-invariant order (exactjit.hpp). bias and
+ * pre_activation may be NULL. */
+XJ_API exactjit_status_t xj_det_linear(xj_runtime* runtime, const DLTensor* x, const DLTensor* weight,
+                                       const DLTensor* bias, const DLTensor* out, const DLTensor* pre_activation,
+                                       int silu, void* stream);
+
 /* Backward passes (NUMERICS.md; docs/backward.md): deterministic (bit-for-bit repeatable, no
  * atomics in any floating-point sum), no host synchronisation, safe under CUDA graph capture.
  * Sums over positions are segment sums: positions grouped by table row in ascending flattened

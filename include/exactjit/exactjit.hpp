@@ -77,6 +77,13 @@ class Runtime {
   Status timestep_sinusoid(const DLTensor& t, const DLTensor& out, double max_period, bool flip_sin_to_cos,
                            double downscale_freq_shift, double scale, bool check_range, void* stream);
 
+  /// out = act(x @ weight^T + bias) in a fixed, batch-invariant order (docs/det_linear.md). x (T, K)
+  /// float32; weight (N, K) float32 (fp32 fma chains; silu: SiLU on the output; out float32) or
+  /// bfloat16 (tensor-core mma; silu: SiLU on x before its bf16 cast; out bfloat16, sm_80+);
+  /// bias (N,) in the weight's dtype or null; pre_activation (T, N) float32 or null.
+  Status det_linear(const DLTensor& x, const DLTensor& weight, const DLTensor* bias, const DLTensor& out,
+                    const DLTensor* pre_activation, bool silu, void* stream);
+
   // Backward passes (docs/backward.md): deterministic, no host synchronisation, capturable in
   // CUDA graphs. `workspace` is a contiguous uint8 CUDA tensor of at least the bytes the matching
   // *_backward_workspace_bytes function returns; outputs may be null (not computed).

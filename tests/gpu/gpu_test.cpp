@@ -3,6 +3,9 @@
 // op's name, context still usable); launch-time argument errors. Every test skips cleanly when no
 // CUDA driver or GPU is present.
 #include "api/selftest.hpp"
+#include "api/selftest_support.hpp"
+#include "kernels/host_model.hpp"
+#include "templates/numerics.cuh"
 #include "runtime/driver.hpp"
 #include "runtime/errors.hpp"
 
@@ -222,6 +225,75 @@ TEST_F(Gpu, BackwardBadIndexIsReported) {
   auto good = run_gate_residual_backward_case(runtime(), 0, after);
   ASSERT_TRUE(static_cast<bool>(good)) << llvm::toString(good.takeError());
   EXPECT_TRUE(good->passed) << good->detail;
+}
+
+// det_linear: the fp32 path equals its host model bit for bit (before the activation); both
+// paths give a row the same bits whatever T (1..8) and on a second run; the bf16 path is close
+// to an fp64 reference of the bf16-rounded inputs.
+TEST_F(Gpu, DetLinearIsBatchInvariantAndMatchesTheFp32Model) {
+  using namespace selftest;
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    const int64_t K = dtype == DType::F32 ? 256 : 2688, N = dtype == DType::F32 ? 5376 : 2 * 5376, T = 8;
+    Generator gen{dtype == DType::F32 ? 11u : 12u};
+    std::vector<uint8_t> x = random_storage(gen, DType::F32, T * K, false);
+    std::vector<uint8_t> w = random_storage(gen, dtype, N * K, false);
+    std::vector<uint8_t> b = random_storage(gen, dtype, N, false);
+    auto arena = DeviceArena::open(0);
+    ASSERT_TRUE(static_cast<bool>(arena)) << llvm::toString(arena.takeError());
+    const size_t out_elem = dtype_size(dtype);
+    DeviceBuffer* d_x = arena->upload(x, x.size());
+    DeviceBuffer* d_w = arena->upload(w, w.size());
+    DeviceBuffer* d_b = arena->upload(b, b.size());
+    DeviceBuffer* d_out = arena->upload({}, static_cast<size_t>(T * N) * out_elem);
+    DeviceBuffer* d_pre = arena->upload({}, static_cast<size_t>(T * N) * 4);
+    ASSERT_FALSE(static_cast<bool>(arena->take_error()));
+    int64_t w_shape[2] = {N, K}, b_shape[1] = {N};
+    const DLTensor t_w = device_tensor(*d_w, 0, 0, 2, w_shape, nullptr, dl_dtype(dtype));
+    const DLTensor t_b = device_tensor(*d_b, 0, 0, 1, b_shape, nullptr, dl_dtype(dtype));
+    auto run = [&](int64_t rows, bool silu, std::vector<uint8_t>& out, std::vector<float>& pre) {
+      int64_t x_shape[2] = {rows, K}, out_shape[2] = {rows, N};
+      const DLTensor t_x = device_tensor(*d_x, 0, 0, 2, x_shape, nullptr, dl_dtype(DType::F32));
+      const DLTensor t_out = device_tensor(*d_out, 0, 0, 2, out_shape, nullptr, dl_dtype(dtype));
+      const DLTensor t_pre = device_tensor(*d_pre, 0, 0, 2, out_shape, nullptr, dl_dtype(DType::F32));
+      const Status status = runtime().det_linear(t_x, t_w, &t_b, t_out, &t_pre, silu, nullptr);
+      ASSERT_TRUE(status.ok()) << status.message();
+      ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
+      out.resize(static_cast<size_t>(rows * N) * out_elem);
+      pre.resize(static_cast<size_t>(rows * N));
+      ASSERT_FALSE(static_cast<bool>(d_out->download(out.data(), out.size())));
+      ASSERT_FALSE(static_cast<bool>(d_pre->download(pre.data(), pre.size() * 4)));
+    };
+    for (bool silu : {false, true}) {
+      std::vector<uint8_t> full, again, part;
+      std::vector<float> full_pre, again_pre, part_pre;
+      run(T, silu, full, full_pre);
+      run(T, silu, again, again_pre);
+      EXPECT_EQ(full, again) << dtype_name(dtype) << ": a second run differs";
+      for (int64_t rows = 1; rows < T; ++rows) {
+        run(rows, silu, part, part_pre);
+        EXPECT_EQ(0, std::memcmp(part.data(), full.data(), part.size())) << dtype_name(dtype) << " T=" << rows;
+        EXPECT_EQ(0, std::memcmp(part_pre.data(), full_pre.data(), part_pre.size() * 4)) << dtype_name(dtype) << " T=" << rows;
+      }
+      if (dtype == DType::F32) {
+        std::vector<float> model(static_cast<size_t>(T * N));
+        det_linear_fp32_model(reinterpret_cast<const float*>(x.data()), reinterpret_cast<const float*>(w.data()),
+                              reinterpret_cast<const float*>(b.data()), T, K, N, model.data());
+        EXPECT_EQ(0, std::memcmp(model.data(), full_pre.data(), model.size() * 4)) << "fp32 pre-activation vs the host model";
+        if (!silu) EXPECT_EQ(0, std::memcmp(model.data(), full.data(), model.size() * 4));
+      } else if (!silu) {
+        int64_t off = 0;
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t n = 0; n < N; n += 97) {
+            long double ref = xj::to_float(reinterpret_cast<const xj::bf16*>(b.data())[n]);
+            for (int64_t k = 0; k < K; ++k)
+              ref += static_cast<long double>(xj::to_float(reinterpret_cast<const xj::bf16*>(w.data())[n * K + k])) *
+                     xj::to_float(xj::round_to<xj::bf16>(reinterpret_cast<const float*>(x.data())[t * K + k]));
+            off += std::fabs(static_cast<double>(ref) - full_pre[t * N + n]) > 1e-3 * (1 + std::fabs(static_cast<double>(ref)));
+          }
+        EXPECT_EQ(off, 0) << "bf16 pre-activations far from the fp64 reference";
+      }
+    }
+  }
 }
 
 TEST_F(Gpu, SelftestPasses) {

@@ -95,7 +95,7 @@ void rms_norm_dx_row_model(DType dtype, const void* grad_row, const void* x_row,
     });
     const float coef = xj::div(xj::mul(xj::mul(xj::mul(rstd, rstd), rstd), dot), static_cast<float>(hidden));
     for (int64_t j = 0; j < hidden; ++j)
-      put(dtype, dx_row, j, xj::sub(xj::mul(rstd, wd(j)), xj::mul(at<T>(x_row, j), coef)));
+      put(dtype, dx_row, j, fma_model(-at<T>(x_row, j), coef, xj::mul(rstd, wd(j))));
   });
 }
 

@@ -4,7 +4,7 @@
 //   1. thread t visits 4-element vectors v = t, t+128, ...: dot = fma(wd, x, dot) from 0
 //   2. warps: dot = add(dot, shfl_down(dot, off)), off = 16..1; 3. (w0 + w2) + (w1 + w3)
 //   4. coef = div(mul(mul(mul(rstd, rstd), rstd), dot), H)
-//   5. dx = rT(sub(mul(rstd, wd), mul(x, coef)))
+//   5. dx = rT(fma(-x, coef, mul(rstd, wd)))   (one rounding for x * coef and the difference)
 // Every operation is written out, so nothing is left for the compiler to contract. The row's x,
 // grad (and scale) stay in registers across the barrier: one read of each.
 namespace rms_norm_backward {
@@ -86,7 +86,7 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float a = xj::mul(r, weighted_grad(gq[k], sq[k], wq[k], e));
-        out.v[e] = xj::round_to<T>(xj::sub(a, xj::mul(xj::to_float(xq[k].v[e]), coef)));
+        out.v[e] = xj::round_to<T>(fmaf(-xj::to_float(xq[k].v[e]), coef, a));
       }
       xj::store_quad(dx_row + 4 * (t + k * kRowThreads), out);
     }

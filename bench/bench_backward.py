@@ -31,7 +31,6 @@ fwd+bwd <= 3.0 ms.
 Exit status: 0 done, 1 an op failed to run, 2 exactjit unavailable (the references are still timed).
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -44,16 +43,13 @@ sys.path.insert(0, BENCH)
 
 import torch  # noqa: E402
 
-from bench_forward import (BITS, CHUNK, EPS, WORKING_SET, T, Timer, copy_bandwidth,  # noqa: E402
-                           git_commit, log, rms_norm_modulated_eager)
+from bench_forward import (BITS, CHUNK, EPS, T, Timer, add_speedups, add_timing, finish,  # noqa: E402
+                           gate_inputs, gate_residual_eager, git_commit, log, measure_copy,
+                           rms_inputs, rms_norm_modulated_eager, rotating_sets)
 
 TARGETS_MS = {"gate_residual": 2.5, "rms_norm+mod": 3.0}  # at S = TARGET_S
 TARGET_S = 131072
 IMPLS = ("exactjit", "eager", "eager det")
-
-
-def gate_residual_eager(residual, gate, index, y):
-    return residual + gate.index_select(0, index) * y
 
 
 def gate_step(forward):
@@ -86,35 +82,23 @@ def timed(step):
 def gate_sets(s, h, dtype, seed):
     """(residual, table, index, y, grad) sets, leaves requiring grad, > WORKING_SET in total."""
     elem = torch.finfo(dtype).bits // 8
-    n = max(2, -(-int(WORKING_SET) // (3 * s * h * elem + T * 18 * h * elem)))
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    sets = []
-    for _ in range(n):
-        residual = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype).requires_grad_(True)
-        y = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype).requires_grad_(True)
-        table = torch.randn((T, 18 * h), generator=gen, device="cuda", dtype=dtype)
-        table[0].mul_(30.0)
-        table[1].mul_(1e-3)
-        table.requires_grad_(True)
-        index = torch.randint(0, 3 * T, (s,), generator=gen, device="cuda", dtype=torch.int64)
+
+    def draw(gen):
+        residual, y, table, index = gate_inputs(gen, s, h, dtype)
         grad = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype)
-        sets.append((residual, table, index, y, grad))
-    return sets
+        return residual.requires_grad_(True), table.requires_grad_(True), index, y.requires_grad_(True), grad
+    return rotating_sets(3 * s * h * elem + T * 18 * h * elem, seed, draw)
 
 
 def rms_sets(s, h, dtype, seed):
     """(x, table, index, grad) sets, leaves requiring grad, > WORKING_SET in total."""
     elem = torch.finfo(dtype).bits // 8
-    n = max(2, -(-int(WORKING_SET) // (2 * s * h * elem + T * 18 * h * elem)))
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    sets = []
-    for _ in range(n):
-        x = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype).requires_grad_(True)
-        table = torch.randn((T, 18 * h), generator=gen, device="cuda", dtype=dtype).requires_grad_(True)
-        index = torch.randint(0, 3 * T, (s,), generator=gen, device="cuda", dtype=torch.int64)
+
+    def draw(gen):
+        x, table, index = rms_inputs(gen, s, h, dtype)
         grad = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype)
-        sets.append((x, table, index, grad))
-    return sets
+        return x.requires_grad_(True), table.requires_grad_(True), index, grad
+    return rotating_sets(2 * s * h * elem + T * 18 * h * elem, seed, draw)
 
 
 def bitwise_equal(a, b):
@@ -180,8 +164,7 @@ def bench_op(timer, xj, op, s, h, seed, copy_gbs):
                 ms, host_us, inner = timer.median_ms(timed(step), sets)
                 if xj is not None:
                     xj.synchronize()
-            row.update(ms=ms, gbs=nbytes / (ms * 1e-3) / 1e9, host_us=host_us, batch=inner)
-            row["pct_copy"] = 100.0 * row["gbs"] / copy_gbs
+            add_timing(row, ms, host_us, inner, nbytes, copy_gbs)
             if impl == "exactjit" and s == TARGET_S:
                 row["target_ms"] = TARGETS_MS[op]
                 row["target_met"] = ms <= TARGETS_MS[op]
@@ -192,12 +175,7 @@ def bench_op(timer, xj, op, s, h, seed, copy_gbs):
         log("  " + (f"{impl:<10} {row['ms']:.4f} ms  {row['gbs']:6.0f} GB/s  {row['pct_copy']:5.1f}% copy  "
                     f"out bitwise={row['out_bitwise']}  repeatable={row['repeatable']}  "
                     f"host {row['host_us']:.1f} us/call" if "ms" in row else f"{impl:<10} ERROR {row['error']}"))
-    by_impl = {r["impl"]: r for r in rows if "ms" in r}
-    for r in rows:
-        if "ms" in r:
-            for ref, key in (("eager", "vs_eager"), ("eager det", "vs_eager_det")):
-                if ref in by_impl:
-                    r[key] = by_impl[ref]["ms"] / r["ms"]
+    add_speedups(rows, "impl", (("eager", "vs_eager"), ("eager det", "vs_eager_det")))
     del sets, reference
     torch.cuda.empty_cache()
     return rows
@@ -293,28 +271,15 @@ def main():
     torch.use_deterministic_algorithms(False)
     timer = Timer(args.reps)
     with torch.no_grad():
-        copy_gbs, copy_ms = copy_bandwidth(timer)
-    meta["copy bandwidth"] = f"{copy_gbs:.0f} GB/s (1 GiB copy_, read + write, {copy_ms:.3f} ms)"
-    log(f"device-to-device copy: {copy_gbs:.0f} GB/s")
+        copy_gbs = measure_copy(timer, meta)
     rows = []
     for op in ops:
         for s in sizes:
             rows += bench_op(timer, xj, op, s, args.hidden, args.seed, copy_gbs)
     meta["seconds"] = round(time.perf_counter() - t_start, 1)
 
-    report = markdown(meta, rows)
-    if args.report:
-        with open(args.report, "w") as f:
-            f.write(report)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(meta, copy_gbs=copy_gbs, targets_ms=TARGETS_MS, target_S=TARGET_S, rows=rows), f,
-                      indent=1)
-    log("")
-    log(report)
-    if xj is None:
-        return 2
-    return 1 if any("error" in r for r in rows) else 0
+    return finish(args, meta, rows, markdown(meta, rows), xj, copy_gbs=copy_gbs, targets_ms=TARGETS_MS,
+                  target_S=TARGET_S)
 
 
 if __name__ == "__main__":

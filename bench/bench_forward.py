@@ -135,24 +135,69 @@ def copy_bandwidth(timer):
     return nbytes / (ms * 1e-3) / 1e9, ms
 
 
+def measure_copy(timer, meta):
+    """copy_bandwidth's GB/s, also noted in meta["copy bandwidth"] and logged."""
+    copy_gbs, copy_ms = copy_bandwidth(timer)
+    meta["copy bandwidth"] = f"{copy_gbs:.0f} GB/s (1 GiB copy_, read + write, {copy_ms:.3f} ms)"
+    log(f"device-to-device copy: {copy_gbs:.0f} GB/s")
+    return copy_gbs
+
+
+def rotating_sets(per_set, seed, draw):
+    """Input sets draw(gen) from one generator seeded with `seed`: at least 2, and enough that at
+    per_set bytes each they exceed WORKING_SET."""
+    n = max(2, math.ceil(WORKING_SET / per_set))
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return [draw(gen) for _ in range(n)]
+
+
+def gate_inputs(gen, s, h, dtype):
+    """residual (S, H), y (S, H), an AdaLN table (T, 18H) with row 0 scaled by 30 and row 1 by 1e-3,
+    and an int64 index into its (3T, 6H) rows, drawn from gen in that order."""
+    residual = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype)
+    y = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype)
+    table = torch.randn((T, 18 * h), generator=gen, device="cuda", dtype=dtype)
+    table[0].mul_(30.0)
+    table[1].mul_(1e-3)
+    index = torch.randint(0, 3 * T, (s,), generator=gen, device="cuda", dtype=torch.int64)
+    return residual, y, table, index
+
+
+def rms_inputs(gen, s, h, dtype):
+    """x (S, H), an AdaLN table (T, 18H) and an int64 index into its (3T, 6H) rows, drawn from gen
+    in that order."""
+    x = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype)
+    table = torch.randn((T, 18 * h), generator=gen, device="cuda", dtype=dtype)
+    index = torch.randint(0, 3 * T, (s,), generator=gen, device="cuda", dtype=torch.int64)
+    return x, table, index
+
+
 def input_sets(s, h, dtype, seed):
     """Enough (residual, gate view, index, y) sets to exceed WORKING_SET; gate rows scaled in
     part so the data is not uniform, and a fresh table per set."""
     elem = torch.finfo(dtype).bits // 8
-    per_set = 2 * s * h * elem + T * 18 * h * elem
-    n = max(2, math.ceil(WORKING_SET / per_set))
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    sets = []
-    for _ in range(n):
-        residual = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype)
-        y = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype)
-        table = torch.randn((T, 18 * h), generator=gen, device="cuda", dtype=dtype)
-        table[0].mul_(30.0)
-        table[1].mul_(1e-3)
-        gate = table.view(3 * T, 6 * h)[:, CHUNK * h:(CHUNK + 1) * h]
-        index = torch.randint(0, 3 * T, (s,), generator=gen, device="cuda", dtype=torch.int64)
-        sets.append((residual, gate, index, y))
-    return sets
+
+    def draw(gen):
+        residual, y, table, index = gate_inputs(gen, s, h, dtype)
+        return residual, table.view(3 * T, 6 * h)[:, CHUNK * h:(CHUNK + 1) * h], index, y
+    return rotating_sets(2 * s * h * elem + T * 18 * h * elem, seed, draw)
+
+
+def add_timing(row, ms, host_us, inner, nbytes, copy_gbs, **extra):
+    """Timer.median_ms's (ms, host_us, inner) into row, with GB/s, then `extra`, then % of copy bandwidth."""
+    row.update(ms=ms, gbs=nbytes / (ms * 1e-3) / 1e9, host_us=host_us, batch=inner, **extra)
+    row["pct_copy"] = 100.0 * row["gbs"] / copy_gbs
+
+
+def add_speedups(rows, key, refs):
+    """For each timed row and each (reference, field) in refs: row[field] = the ms of the timed row
+    whose `key` is reference / this row's ms."""
+    by_key = {r[key]: r for r in rows if "ms" in r}
+    for r in rows:
+        if "ms" in r:
+            for ref, field in refs:
+                if ref in by_key:
+                    r[field] = by_key[ref]["ms"] / r["ms"]
 
 
 def bitwise_equal(a, b):
@@ -220,9 +265,7 @@ def bench_case(timer, xj, ops, dtype_name, s, h, seed, copy_gbs):
             ms, host_us, inner = timer.median_ms(fn, sets)
             if name == "exactjit":
                 xj.synchronize()
-            row.update(ms=ms, gbs=nbytes / (ms * 1e-3) / 1e9, host_us=host_us, batch=inner,
-                       setup_s=round(time.perf_counter() - t0, 1))
-            row["pct_copy"] = 100.0 * row["gbs"] / copy_gbs
+            add_timing(row, ms, host_us, inner, nbytes, copy_gbs, setup_s=round(time.perf_counter() - t0, 1))
         except Exception as e:
             traceback.print_exc()
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -236,12 +279,7 @@ def bench_case(timer, xj, ops, dtype_name, s, h, seed, copy_gbs):
                     f"{row['pct_copy']:5.1f}% copy  bitwise={row['bitwise']}  "
                     f"host {row['host_us']:.1f} us/call" if "ms" in row
                     else f"{name:<16} ERROR {row['error']}"))
-    by_op = {r["op"]: r for r in rows if "ms" in r}
-    for r in rows:
-        if "ms" in r:
-            for ref, key in (("eager", "vs_eager"), ("torch.compile", "vs_compile")):
-                if ref in by_op:
-                    r[key] = by_op[ref]["ms"] / r["ms"]
+    add_speedups(rows, "op", (("eager", "vs_eager"), ("torch.compile", "vs_compile")))
     del sets, reference
     torch.cuda.empty_cache()
     return rows
@@ -258,15 +296,13 @@ def bench_row_gather(timer, xj, s, h, seed, copy_gbs):
     """adaln_row_gather (bf16) vs six eager index_selects: bytes = the six (S, H) outputs written
     (the table rows stay in L2); floor = bytes / copy bandwidth."""
     dtype, elem = torch.bfloat16, 2
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    per_set = 6 * s * h * elem
-    n = max(2, math.ceil(WORKING_SET / per_set))
-    sets = []
-    for _ in range(n):
+
+    def draw(gen):
         rows = torch.randn((T, 18 * h), generator=gen, device="cuda", dtype=dtype).view(3 * T, 6 * h)
         ti = torch.randint(0, T, (s,), generator=gen, device="cuda")
         tags = torch.randint(0, 3, (s,), generator=gen, device="cuda")
-        sets.append((rows, ti, tags))
+        return rows, ti, tags
+    sets = rotating_sets(6 * s * h * elem, seed, draw)
     nbytes = 6 * s * h * elem
     floor_ms = nbytes / (copy_gbs * 1e9) * 1e3
     reference = row_gather_eager(*sets[0])
@@ -283,8 +319,7 @@ def bench_row_gather(timer, xj, s, h, seed, copy_gbs):
                 xj.synchronize()
             row["bitwise"] = all(bitwise_equal(a, b) for a, b in zip(got, reference))
             ms, host_us, inner = timer.median_ms(fn, sets)
-            row.update(ms=ms, gbs=nbytes / (ms * 1e-3) / 1e9, host_us=host_us, batch=inner)
-            row["pct_copy"] = 100.0 * row["gbs"] / copy_gbs
+            add_timing(row, ms, host_us, inner, nbytes, copy_gbs)
         except Exception as e:
             traceback.print_exc()
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -327,15 +362,13 @@ def bench_rms_norm(timer, xj, s, h, seed, copy_gbs):
     import torch._dynamo
     import torch._inductor.config as inductor_config
     dtype, elem = torch.bfloat16, 2
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    n = max(2, math.ceil(WORKING_SET / (2 * s * h * elem)))
-    sets, plain_sets = [], []
-    for _ in range(n):
-        x = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype)
-        table = torch.randn((T, 18 * h), generator=gen, device="cuda", dtype=dtype).view(3 * T, 6 * h)
-        idx = torch.randint(0, 3 * T, (s,), generator=gen, device="cuda")
-        sets.append((x, table[:, 0:h], table[:, h:2 * h], idx))
-        plain_sets.append((x, (1 + 0.1 * torch.randn(h, generator=gen, device="cuda")).to(dtype)))
+
+    def draw(gen):  # a modulated set and a plain (x, weight) set over the same x
+        x, table, idx = rms_inputs(gen, s, h, dtype)
+        rows = table.view(3 * T, 6 * h)
+        weight = (1 + 0.1 * torch.randn(h, generator=gen, device="cuda")).to(dtype)
+        return (x, rows[:, 0:h], rows[:, h:2 * h], idx), (x, weight)
+    sets, plain_sets = (list(part) for part in zip(*rotating_sets(2 * s * h * elem, seed, draw)))
     nbytes = 2 * s * h * elem
     floor_ms = nbytes / (copy_gbs * 1e9) * 1e3
 
@@ -367,8 +400,7 @@ def bench_rms_norm(timer, xj, s, h, seed, copy_gbs):
                 xj.synchronize()
             row["bitwise"] = bitwise_equal(got, refs[id(argsets)])
             ms, host_us, inner = timer.median_ms(fn, argsets)
-            row.update(ms=ms, gbs=nbytes / (ms * 1e-3) / 1e9, host_us=host_us, batch=inner)
-            row["pct_copy"] = 100.0 * row["gbs"] / copy_gbs
+            add_timing(row, ms, host_us, inner, nbytes, copy_gbs)
             log(f"  {name:<30} {ms:.4f} ms  bitwise={row['bitwise']}")
         except Exception as e:
             traceback.print_exc()
@@ -414,6 +446,22 @@ def markdown(meta, rows):
     return "\n".join(lines) + "\n"
 
 
+def finish(args, meta, rows, report, xj, **json_extra):
+    """Writes the markdown report and the JSON (meta, json_extra, rows) where asked, prints the
+    report; the exit status: 2 without exactjit, 1 if a row has an error, else 0."""
+    if args.report:
+        with open(args.report, "w") as f:
+            f.write(report)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(meta, **json_extra, rows=rows), f, indent=1)
+    log("")
+    log(report)
+    if xj is None:
+        return 2
+    return 1 if any("error" in r for r in rows) else 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dtypes", default="bf16", help="comma-separated: bf16,fp16,fp32")
@@ -444,10 +492,7 @@ def main():
     rows = []
     with torch.no_grad():
         timer = Timer(args.reps)
-        copy_gbs, copy_ms = copy_bandwidth(timer)
-        meta["copy bandwidth"] = (f"{copy_gbs:.0f} GB/s (1 GiB copy_, read + write, "
-                                  f"{copy_ms:.3f} ms)")
-        log(f"device-to-device copy: {copy_gbs:.0f} GB/s")
+        copy_gbs = measure_copy(timer, meta)
         ops = make_ops(xj)
         for dtype_name in dtypes:
             for s in sizes:
@@ -459,18 +504,7 @@ def main():
                 rows += bench_rms_norm(timer, xj, s, args.hidden, args.seed, copy_gbs)
     meta["seconds"] = round(time.perf_counter() - t_start, 1)
 
-    report = markdown(meta, rows)
-    if args.report:
-        with open(args.report, "w") as f:
-            f.write(report)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(meta, copy_gbs=copy_gbs, rows=rows), f, indent=1)
-    log("")
-    log(report)
-    if xj is None:
-        return 2
-    return 1 if any("error" in r for r in rows) else 0
+    return finish(args, meta, rows, markdown(meta, rows), xj, copy_gbs=copy_gbs)
 
 
 if __name__ == "__main__":

@@ -35,62 +35,36 @@ Usage: PYTHONPATH is set up from this file's location; EXACTJIT_LIBRARY picks th
 Exit status: 0 all cases pass, 1 a case failed, 2 exactjit, its backward or CUDA unavailable.
 """
 import argparse
-import json
 import math
 import os
 import sys
 import time
 import traceback
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)  # check_support.py
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+import check_support  # noqa: E402
+from check_support import DTYPES, compare, expect_error, log  # noqa: E402
+from check_support import diffusers_timestep_embedding as sinusoid_eager  # noqa: E402
+
 T = 3  # timesteps in the AdaLN tables
 EPS = 1e-5
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32,
-        torch.float64: torch.int64}
 UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}
 FLOOR_ULPS = {torch.bfloat16: 1.0, torch.float16: 1.0, torch.float32: 8.0}
 GROUPS = ("gate", "rms", "gather", "sinusoid", "needs", "bad_index", "graph")
 
 
-def log(*args):
-    print(*args, flush=True)
-
-
-class Data:
-    """Seeded random inputs on the device; a new generator per draw keeps cases independent."""
-
-    def __init__(self, seed):
-        self.seed = seed
-
-    def gen(self):
-        self.seed += 1
-        return torch.Generator(device="cuda").manual_seed(self.seed)
-
-    def rows(self, shape, dtype, row_len=None):
-        """randn of `shape` with about 1/8 of its rows (row_len elements, default the last dim)
-        scaled by 1e-3 and 1/8 by 30."""
-        gen = self.gen()
-        x = torch.randn(shape, generator=gen, device="cuda", dtype=dtype)
-        row_len = row_len or shape[-1]
-        n = x.numel() // row_len
-        pick = torch.randint(0, 8, (n,), generator=gen, device="cuda")
-        scale = torch.where(pick == 0, 1e-3, torch.where(pick == 1, 30.0, 1.0))
-        x.view(-1)[:n * row_len].view(n, row_len).mul_(scale.to(dtype)[:, None])
-        return x
-
+class Data(check_support.Data):
     def upstream(self, shape, dtype):
         """A fixed upstream gradient; fp16 ones scaled by 2^-8 (exact) so sums stay finite."""
         g = self.rows(shape, dtype)
         return g.mul_(2.0 ** -8) if dtype == torch.float16 else g
-
-    def index(self, s, r):
-        return torch.randint(0, r, (s,), generator=self.gen(), device="cuda", dtype=torch.int64)
 
 
 def act_shape(b, s, h):
@@ -98,23 +72,7 @@ def act_shape(b, s, h):
 
 
 # ---------------------------------------------------------------------------------------------
-# comparisons
-
-def compare(got, ref):
-    """(ok, detail): bitwise equality of two tensors of one dtype and shape."""
-    if got.shape != ref.shape or got.dtype != ref.dtype:
-        return False, f"got {tuple(got.shape)} {got.dtype}, want {tuple(ref.shape)} {ref.dtype}"
-    bits = BITS[ref.dtype]
-    g, r = got.reshape(-1).view(bits), ref.reshape(-1).view(bits)
-    if torch.equal(g, r):
-        return True, "bitwise equal"
-    diff = g != r
-    n = int(diff.sum())
-    first = int(diff.nonzero()[0, 0])
-    mask = (1 << torch.finfo(ref.dtype).bits) - 1
-    return False, (f"{n}/{g.numel()} elements differ; first at flat {first}: got "
-                   f"0x{int(g[first]) & mask:x}, want 0x{int(r[first]) & mask:x}")
-
+# comparisons (compare: check_support's, shape and dtype checked)
 
 def all_equal(pairs):
     """(ok, detail) over named (got, want) pairs; None pairs are skipped."""
@@ -191,35 +149,64 @@ class Accuracy:
         return ok_all, "; ".join(parts), rows
 
 
-class Suite:
+def fmt(v):
+    return "" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
+
+
+class Suite(check_support.Suite):
+    """check_support.Suite with the accuracy rule: a case may also return accuracy rows, which the
+    report tabulates after the cases."""
+
+    script = "grad_torch.py"
+    title = ("# exactjit backward through torch.autograd: gate_residual, rms_norm, adaln_row_gather, "
+             "timestep_sinusoid")
+    skip_label = "SKIP"
+    name_width = 78
+    summary_width = 100
+
     def __init__(self, xj, args):
-        self.xj = xj
+        super().__init__(xj)
         self.args = args
-        self.cases = []
         self.accuracy = Accuracy(args.factor, args.floor_scale)
 
-    def record(self, group, name, ok, detail, seconds, **params):
-        status = "SKIP" if ok is None else ("PASS" if ok else "FAIL")
-        self.cases.append(dict(group=group, case=name, result=status, detail=detail,
-                               seconds=round(seconds, 3), **params))
-        log(f"  [{status}] {name:<78} {seconds:6.2f}s  {'' if ok else detail}")
-
-    def run(self, group, name, fn, **params):
+    def call(self, fn, params):
         """fn returns (ok, detail) or (ok, detail, accuracy rows)."""
-        t0 = time.perf_counter()
-        try:
-            result = fn()
-            ok, detail = result[0], result[1]
-            if len(result) > 2:
-                params["accuracy"] = result[2]
-        except Exception as e:  # a crash is a failed case; the next case still runs
-            ok, detail = False, f"{type(e).__name__}: {str(e)[:400]}"
-            traceback.print_exc()
+        result = fn()
+        ok, detail = result[0], result[1]
+        if len(result) > 2:
+            params["accuracy"] = result[2]
+        return ok, detail
+
+    def settle(self, ok, detail):
+        """A device error after the case fails it (and is not raised)."""
         try:
             torch.cuda.synchronize()
         except Exception as e:
             ok, detail = False, f"{detail}; then torch.cuda.synchronize() raised {type(e).__name__}: {e}"
-        self.record(group, name, ok, detail, time.perf_counter() - t0, **params)
+        return ok, detail
+
+    def notes(self, args):
+        return [f"- accuracy rule: FAIL if exactjit's rel-L2 error vs fp64 > {args.factor} x eager's, unless it "
+                f"is at the rounding floor ({args.floor_scale} x FLOOR_ULPS unit roundoffs: bf16/fp16 1, fp32 8); "
+                "sinusoid d_t: within (C+64) u of the summation bound"]
+
+    def appendix(self):
+        lines = ["", "## Accuracy against fp64 (exactjit vs eager)", "",
+                 "| case | output | dtype | rel-L2 exactjit | rel-L2 eager | exactjit / eager | max abs exactjit | "
+                 "max abs eager | floor | verdict |",
+                 "|---|---|---|---|---|---|---|---|---|---|"]
+        for c in self.cases:
+            for a in c.get("accuracy", []):
+                verdict = ("PASS (floor)" if a["by_floor"] else "PASS") if a["ok"] else "FAIL"
+                lines.append(f"| {c['case']} | {a['output']} | {a['dtype']} | {fmt(a['ours_rel'])} | "
+                             f"{fmt(a['eager_rel'])} | {fmt(a['ratio'])} | {fmt(a['ours_max'])} | "
+                             f"{fmt(a['eager_max'])} | {fmt(a['floor'])} | {verdict} |")
+        return lines
+
+    def cannot_run(self, args, meta, what, e):
+        status = super().cannot_run(args, meta, what, e)
+        log("0 passed, 1 failed, 0 skipped")
+        return status
 
 
 def leaf(t, need=True, dtype=None):
@@ -619,21 +606,7 @@ def gather_group(suite, data, hiddens, sizes):
 # ---------------------------------------------------------------------------------------------
 # timestep_sinusoid
 
-def sinusoid_eager(t, c, flip, shift, scale, max_period, dtype=torch.float32):
-    """diffusers get_timestep_embedding as diffusers writes it (dtype=float32), or in float64."""
-    half = c // 2
-    exponent = -math.log(max_period) * torch.arange(start=0, end=half, dtype=dtype, device=t.device)
-    exponent = exponent / (half - shift)
-    emb = torch.exp(exponent)
-    emb = t[:, None].to(dtype) * emb[None, :]
-    emb = scale * emb
-    emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=-1)
-    if flip:
-        emb = torch.cat([emb[:, half:], emb[:, :half]], dim=-1)
-    if c % 2 == 1:
-        emb = torch.nn.functional.pad(emb, (0, 1, 0, 0))
-    return emb
-
+# sinusoid_eager: check_support.diffusers_timestep_embedding (float32 as diffusers runs it, or float64)
 
 def sinusoid_bound_scale(t, grad, c, shift, scale, max_period):
     """Per t: sum over channels of |grad| * |scale| * f_k * (1 + |a_k|) in fp64, the scale of the
@@ -783,25 +756,7 @@ def needs_group(suite, data, h):
 
 
 # ---------------------------------------------------------------------------------------------
-# bad indices
-
-def expect_error(xj, code, call, mention=None):
-    """(ok, detail) for a call that must raise exactjit.Error with `code` at the call or at the
-    synchronize() after it, with a message that mentions `mention`."""
-    where = "call"
-    try:
-        call()
-        where = "synchronize"
-        xj.synchronize()
-    except xj.Error as e:
-        msg = str(e)
-        if e.code != code:
-            return False, f"raised at {where} with code {int(e.code)}, want {code}: {msg}"
-        if mention and mention not in msg:
-            return False, f"code {code} at {where}, message lacks {mention!r}: {msg}"
-        return True, f"code {code} at {where}: {msg[:200]}"
-    return False, "no exactjit.Error raised"
-
+# bad indices (expect_error: check_support's; a blank message passes here, as it always has)
 
 def bad_index_group(suite, data, h):
     xj = suite.xj
@@ -1001,49 +956,6 @@ def graph_group(suite, data, h):
               lambda: graph_case(suite, rms_make, refill, rms_step))
 
 
-# ---------------------------------------------------------------------------------------------
-# reports
-
-def fmt(v):
-    return "" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
-
-
-def write_reports(args, suite, meta):
-    fails = [c for c in suite.cases if c["result"] == "FAIL"]
-    passes = [c for c in suite.cases if c["result"] == "PASS"]
-    meta["summary"] = dict(passed=len(passes), failed=len(fails),
-                           skipped=len(suite.cases) - len(passes) - len(fails))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(meta, cases=suite.cases), f, indent=1)
-    if args.report:
-        lines = [
-            "# exactjit backward through torch.autograd: gate_residual, rms_norm, adaln_row_gather, "
-            "timestep_sinusoid", "",
-            *(f"- {k}: {v}" for k, v in meta.items() if k != "summary"),
-            f"- accuracy rule: FAIL if exactjit's rel-L2 error vs fp64 > {args.factor} x eager's, unless it "
-            f"is at the rounding floor ({args.floor_scale} x FLOOR_ULPS unit roundoffs: bf16/fp16 1, fp32 8); "
-            "sinusoid d_t: within (C+64) u of the summation bound",
-            f"- result: {len(passes)} passed, {len(fails)} failed, {meta['summary']['skipped']} skipped", "",
-            "| group | case | result | detail |", "|---|---|---|---|",
-        ]
-        for c in suite.cases:
-            detail = c["detail"].replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| {c['group']} | {c['case']} | {c['result']} | {detail} |")
-        lines += ["", "## Accuracy against fp64 (exactjit vs eager)", "",
-                  "| case | output | dtype | rel-L2 exactjit | rel-L2 eager | exactjit / eager | max abs exactjit | "
-                  "max abs eager | floor | verdict |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-        for c in suite.cases:
-            for a in c.get("accuracy", []):
-                verdict = ("PASS (floor)" if a["by_floor"] else "PASS") if a["ok"] else "FAIL"
-                lines.append(f"| {c['case']} | {a['output']} | {a['dtype']} | {fmt(a['ours_rel'])} | "
-                             f"{fmt(a['eager_rel'])} | {fmt(a['ratio'])} | {fmt(a['ours_max'])} | "
-                             f"{fmt(a['eager_max'])} | {fmt(a['floor'])} | {verdict} |")
-        with open(args.report, "w") as f:
-            f.write("\n".join(lines) + "\n")
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--groups", default=",".join(GROUPS), help="comma-separated: " + ",".join(GROUPS))
@@ -1080,12 +992,7 @@ def main():
             raise RuntimeError("torch sees no CUDA device")
         meta["device"] = torch.cuda.get_device_name()
     except Exception as e:
-        log(f"cannot run: {type(e).__name__}: {e}")
-        suite = Suite(None, args)
-        suite.record("setup", "import exactjit / backward entry points / CUDA", False, f"{type(e).__name__}: {e}", 0.0)
-        write_reports(args, suite, meta)
-        log("0 passed, 1 failed, 0 skipped")
-        return 2
+        return Suite(None, args).cannot_run(args, meta, "import exactjit / backward entry points / CUDA", e)
     log(f"exactjit {meta['exactjit']} ({meta['library']}), torch {torch.__version__}, {meta['device']}")
 
     suite = Suite(xj, args)
@@ -1103,24 +1010,15 @@ def main():
             parts[name]()
         except Exception as e:  # set-up of a group failed (e.g. out of memory)
             traceback.print_exc()
-            suite.record("setup", f"group {name} aborted", False, f"{type(e).__name__}: {e}", 0.0)
+            suite.setup_failed(f"group {name} aborted", e)
         try:
             torch.cuda.synchronize()
             xj.synchronize()  # a stray bad-index record must not leak into the next group
         except Exception as e:
-            suite.record("setup", f"group {name}: synchronize after it", False, f"{type(e).__name__}: {e}", 0.0)
+            suite.setup_failed(f"group {name}: synchronize after it", e)
         torch.cuda.empty_cache()
     meta["seconds"] = round(time.perf_counter() - t0, 1)
-    write_reports(args, suite, meta)
-
-    log("")
-    log(f"{'case':<100} result")
-    for c in suite.cases:
-        log(f"{c['group'] + ': ' + c['case']:<100} {c['result']}")
-    n = meta["summary"]
-    log(f"\ngrad_torch.py took {meta['seconds']} s")
-    log(f"{n['passed']} passed, {n['failed']} failed, {n['skipped']} skipped")
-    return 1 if n["failed"] else 0
+    return suite.finish(args, meta)
 
 
 if __name__ == "__main__":

@@ -20,51 +20,23 @@ Usage: PYTHONPATH is set up from this file's location; EXACTJIT_LIBRARY picks th
 Exit status: 0 all cases pass, 1 a case failed, 2 exactjit or CUDA unavailable.
 """
 import argparse
-import json
 import os
 import sys
 import time
 import traceback
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)  # check_support.py
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 import torch  # noqa: E402
 
+import check_support  # noqa: E402
+from check_support import BITS, DTYPES, Data, diffusers_timestep_embedding, log  # noqa: E402
+
 T = 3  # timesteps in the AdaLN table
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
 SIZES = (1, 7, 4097, 32768, 131072)
-
-
-def log(*args):
-    print(*args, flush=True)
-
-
-class Data:
-    """Seeded random inputs on the device; a new generator per case keeps cases independent."""
-
-    def __init__(self, seed):
-        self.seed = seed
-
-    def gen(self):
-        self.seed += 1
-        return torch.Generator(device="cuda").manual_seed(self.seed)
-
-    def rows(self, shape, dtype, row_len=None):
-        """randn of `shape` with about 1/8 of its rows (row_len elements, default the last dim)
-        scaled by 1e-3 and 1/8 by 30; a tail shorter than a row is left as drawn."""
-        gen = self.gen()
-        x = torch.randn(shape, generator=gen, device="cuda", dtype=dtype)
-        row_len = row_len or shape[-1]
-        n = x.numel() // row_len
-        pick = torch.randint(0, 8, (n,), generator=gen, device="cuda")
-        scale = torch.where(pick == 0, 1e-3, torch.where(pick == 1, 30.0, 1.0))
-        x.view(-1)[:n * row_len].view(n, row_len).mul_(scale.to(dtype)[:, None])
-        return x
-
-    def index(self, s, r):
-        return torch.randint(0, r, (s,), generator=self.gen(), device="cuda", dtype=torch.int64)
 
 
 def table_view(data, kind, h, dtype):
@@ -111,40 +83,18 @@ def poisoned_like(t):
 
 
 def compare(got, ref):
-    bits = BITS[ref.dtype]
-    g, r = got.reshape(-1).view(bits), ref.reshape(-1).view(bits)
-    if torch.equal(g, r):
-        return True, "bitwise equal"
-    diff = g != r
-    n = int(diff.sum())
-    unwritten = int((g == -1).sum())
-    first = int(diff.nonzero()[0, 0])
-    mask = (1 << (16 if bits == torch.int16 else 32)) - 1
-    got_bits, want_bits = int(g[first]) & mask, int(r[first]) & mask
-    return False, (f"{n}/{g.numel()} elements differ ({unwritten} still poisoned); first at "
-                   f"flat {first}: got 0x{got_bits:x}, eager 0x{want_bits:x}")
+    """(ok, detail): the bits of got against eager's ref, flattened (the shapes are not checked
+    here); the detail counts elements still poisoned."""
+    return check_support.compare(got, ref, want="eager", check_shape=False, count_poisoned=True)
 
 
-class Suite:
-    def __init__(self, xj):
-        self.xj = xj
-        self.cases = []
-
-    def record(self, group, name, ok, detail, seconds, **params):
-        status = "skip" if ok is None else ("PASS" if ok else "FAIL")
-        self.cases.append(dict(group=group, case=name, result=status, detail=detail,
-                               seconds=round(seconds, 3), **params))
-        log(f"  [{status}] {name:<58} {seconds:6.2f}s  {'' if ok else detail}")
-
-    def run(self, group, name, fn, **params):
-        t0 = time.perf_counter()
-        try:
-            ok, detail = fn()
-        except Exception as e:  # a crash is a failed case; the next case still runs
-            ok, detail = False, f"{type(e).__name__}: {str(e)[:400]}"
-            traceback.print_exc()
-        torch.cuda.synchronize()
-        self.record(group, name, ok, detail, time.perf_counter() - t0, **params)
+class Suite(check_support.Suite):
+    script = "parity_torch.py"
+    title = ("# exactjit parity with PyTorch eager (bitwise): gate_residual, adaln_row_gather, rms_norm, "
+             "timestep_sinusoid")
+    skip_label = "skip"
+    name_width = 58
+    summary_width = 70
 
     def checked_call(self, residual, gate, index, y, ref, use_out=True):
         """One call (into a poisoned out), synchronize (a false bad-index report fails the
@@ -213,24 +163,8 @@ def layouts(suite, data, h):
 
 
 def expect_error(xj, code, call, mention=None):
-    """(ok, detail) for a call that must raise exactjit.Error with `code` and a message that
-    mentions `mention`. Launch-time and synchronize-time raises both count (a runtime created
-    with EXACTJIT_CHECK_AFTER_LAUNCH reports a bad index at the call); `where` says which."""
-    where = "call"
-    try:
-        call()
-        where = "synchronize"
-        xj.synchronize()
-    except xj.Error as e:
-        msg = str(e)
-        if e.code != code:
-            return False, f"raised at {where} with code {int(e.code)}, want {code}: {msg}"
-        if not msg.strip():
-            return False, f"code {code} at {where} but an empty message"
-        if mention and mention not in msg:
-            return False, f"code {code} at {where}, message lacks {mention!r}: {msg}"
-        return True, f"code {code} at {where}: {msg[:200]}"
-    return False, "no exactjit.Error raised"
+    """check_support.expect_error, where a blank message also fails."""
+    return check_support.expect_error(xj, code, call, mention, nonempty=True)
 
 
 def invalid_arguments(suite, data, h):
@@ -415,23 +349,6 @@ def rms_norms(suite, data):
                 torch.cuda.empty_cache()
 
 
-def diffusers_timestep_embedding(t, c, flip, shift, scale, max_period):
-    """diffusers get_timestep_embedding, written out as diffusers writes it (eager on the GPU)."""
-    import math
-    half = c // 2
-    exponent = -math.log(max_period) * torch.arange(start=0, end=half, dtype=torch.float32, device=t.device)
-    exponent = exponent / (half - shift)
-    emb = torch.exp(exponent)
-    emb = t[:, None].float() * emb[None, :]
-    emb = scale * emb
-    emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=-1)
-    if flip:
-        emb = torch.cat([emb[:, half:], emb[:, :half]], dim=-1)
-    if c % 2 == 1:
-        emb = torch.nn.functional.pad(emb, (0, 1, 0, 0))
-    return emb
-
-
 def sinusoids(suite, data):
     log("timestep_sinusoid: diffusers get_timestep_embedding, bitwise; check_range")
     for c in (256, 320, 255):
@@ -464,29 +381,6 @@ def sinusoids(suite, data):
         suite.run("sinusoid_range", name, case)
 
 
-def write_reports(args, suite, meta):
-    fails = [c for c in suite.cases if c["result"] == "FAIL"]
-    passes = [c for c in suite.cases if c["result"] == "PASS"]
-    meta["summary"] = dict(passed=len(passes), failed=len(fails),
-                           skipped=len(suite.cases) - len(passes) - len(fails))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(meta, cases=suite.cases), f, indent=1)
-    if args.report:
-        lines = [
-            "# exactjit parity with PyTorch eager (bitwise): gate_residual, adaln_row_gather, rms_norm, timestep_sinusoid", "",
-            *(f"- {k}: {v}" for k, v in meta.items() if k != "summary"),
-            f"- result: {len(passes)} passed, {len(fails)} failed, "
-            f"{meta['summary']['skipped']} skipped", "",
-            "| group | case | result | detail |", "|---|---|---|---|",
-        ]
-        for c in suite.cases:
-            detail = c["detail"].replace("|", "\\|").replace("\n", " ")
-            lines.append(f"| {c['group']} | {c['case']} | {c['result']} | {detail} |")
-        with open(args.report, "w") as f:
-            f.write("\n".join(lines) + "\n")
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--hidden", type=int, default=5376)
@@ -507,11 +401,7 @@ def main():
             raise RuntimeError("torch sees no CUDA device")
         meta["device"] = torch.cuda.get_device_name()
     except Exception as e:
-        log(f"cannot run: {type(e).__name__}: {e}")
-        suite = Suite(None)
-        suite.record("setup", "import exactjit / CUDA", False, f"{type(e).__name__}: {e}", 0.0)
-        write_reports(args, suite, meta)
-        return 2
+        return Suite(None).cannot_run(args, meta, "import exactjit / CUDA", e)
     log(f"exactjit {meta['exactjit']} ({meta['library']}), torch {torch.__version__}, "
         f"{meta['device']}")
 
@@ -529,19 +419,10 @@ def main():
                 part()
             except Exception as e:  # setup of a group failed (e.g. out of memory)
                 traceback.print_exc()
-                suite.record("setup", "group aborted", False, f"{type(e).__name__}: {e}", 0.0)
+                suite.setup_failed("group aborted", e)
             torch.cuda.empty_cache()
     meta["seconds"] = round(time.perf_counter() - t0, 1)
-    write_reports(args, suite, meta)
-
-    log("")
-    log(f"{'case':<70} result")
-    for c in suite.cases:
-        log(f"{c['group'] + ': ' + c['case']:<70} {c['result']}")
-    n = meta["summary"]
-    log(f"\nparity_torch.py took {meta['seconds']} s")
-    log(f"{n['passed']} passed, {n['failed']} failed, {n['skipped']} skipped")
-    return 1 if n["failed"] else 0
+    return suite.finish(args, meta)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ from ._runtime import Runtime
 __all__ = [
     "BadIndexError", "CacheIOError", "CompileError", "CudaError", "Error", "InternalError",
     "InvalidArgumentError", "OfflineMissError", "Runtime", "Status", "UnavailableError",
-    "adaln_row_gather", "gate_residual", "rms_norm", "timestep_sinusoid", "library_path", "runtime", "synchronize", "version",
+    "adaln_row_gather", "det_linear", "gate_residual", "rms_norm", "timestep_sinusoid", "library_path", "runtime",
+    "synchronize", "version",
 ]
 
 _default_runtime = None
@@ -80,6 +81,11 @@ def timestep_sinusoid(t, num_channels=256, max_period=10000, flip_sin_to_cos=Tru
     """diffusers get_timestep_embedding, bit for bit; see Runtime.timestep_sinusoid. Differentiable in t."""
     return runtime().timestep_sinusoid(t, num_channels, max_period, flip_sin_to_cos, downscale_freq_shift, scale,
                                        check_range)
+
+
+def det_linear(x, weight, bias=None, *, silu=False, return_pre_activation=False):
+    """act(x @ weight.T + bias), batch-invariant and repeatable; see Runtime.det_linear (forward only)."""
+    return runtime().det_linear(x, weight, bias, silu=silu, return_pre_activation=return_pre_activation)
 
 
 def synchronize(device=None, stream=None):

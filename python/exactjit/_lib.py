@@ -85,6 +85,8 @@ SIGNATURES = {
     "xj_rms_norm": (c_int, [c_void_p, _tensor, _tensor, _tensor, _tensor, _tensor, _tensor, _tensor, c_double,
                             c_void_p]),
     "xj_synchronize": (c_int, [c_void_p, c_int, c_void_p]),
+    # runtime, x, weight, bias, out, pre_activation, silu, stream
+    "xj_det_linear": (c_int, [c_void_p] + [_tensor] * 5 + [c_int, c_void_p]),
     # Backward passes. (rows M, seq S, table_rows R, hidden H) -> bytes, -1 for invalid shapes.
     "xj_gate_residual_backward_workspace_bytes": (c_longlong, [c_longlong] * 4),
     # runtime, grad, gate, index, y, d_y, d_gate, workspace, stream
@@ -108,7 +110,7 @@ OPTIONAL = frozenset({
     "xj_gate_residual_backward_workspace_bytes", "xj_gate_residual_backward",
     "xj_rms_norm_backward_workspace_bytes", "xj_rms_norm_backward",
     "xj_adaln_row_gather_backward_workspace_bytes", "xj_adaln_row_gather_backward",
-    "xj_timestep_sinusoid_backward",
+    "xj_timestep_sinusoid_backward", "xj_det_linear",
 })
 
 missing = set()  # OPTIONAL entry points this library lacks

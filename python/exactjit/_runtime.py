@@ -339,6 +339,29 @@ class Runtime:
         _lib.check(status, "xj_timestep_sinusoid")
         return out
 
+    def det_linear(self, x, weight, bias=None, *, silu=False, return_pre_activation=False):
+        """out = act(x @ weight.T + bias) in a fixed, batch-invariant order (docs/det_linear.md):
+        a row's result does not depend on how many rows run with it. x (T, K) float32; weight (N, K)
+        float32 (fma chains; silu applies SiLU to the output; out float32) or bfloat16 (tensor-core
+        mma; silu applies SiLU to x before its bf16 cast, as the AdaLN projection does; out
+        bfloat16). bias (N,) in the weight's dtype or None. With return_pre_activation, also the
+        float32 x @ weight.T + bias. Forward only for now: no autograd."""
+        torch = _import_torch()
+        x = x.float().contiguous()
+        out = torch.empty((x.shape[0], weight.shape[0]), dtype=weight.dtype, device=x.device)
+        pre = (torch.empty((x.shape[0], weight.shape[0]), dtype=torch.float32, device=x.device)
+               if return_pre_activation else None)
+        names = ("x", "weight", "bias", "out", "pre_activation")
+        present = [(n, t) for n, t in zip(names, (x, weight, bias, out, pre)) if t is not None]
+        stream = _current_stream(x.get_device()) if x.is_cuda else None
+        packed, addresses = pack(torch, "det_linear", [n for n, _ in present], [t for _, t in present])
+        by_name = dict(zip((n for n, _ in present), addresses))
+        status = _lib.function("xj_det_linear")(self._live(), *(by_name.get(n) for n in names), int(bool(silu)),
+                                                stream)
+        del packed
+        _lib.check(status, "xj_det_linear")
+        return (out, pre) if return_pre_activation else out
+
     # Backward passes (NUMERICS.md): deterministic, no host synchronisation, CUDA-graph safe. Each
     # launches on torch's current stream of the tensors' device and returns at once; a bad index
     # is reported by synchronize(), like the forwards'. The library checks every argument rule.

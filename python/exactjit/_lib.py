@@ -110,7 +110,7 @@ OPTIONAL = frozenset({
     "xj_gate_residual_backward_workspace_bytes", "xj_gate_residual_backward",
     "xj_rms_norm_backward_workspace_bytes", "xj_rms_norm_backward",
     "xj_adaln_row_gather_backward_workspace_bytes", "xj_adaln_row_gather_backward",
-    "xj_timestep_sinusoid_backward", "xj_det_linear",
+    "xj_timestep_sinusoid_backward",
 })
 
 missing = set()  # OPTIONAL entry points this library lacks

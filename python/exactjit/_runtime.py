@@ -356,7 +356,7 @@ class Runtime:
         stream = _current_stream(x.get_device()) if x.is_cuda else None
         packed, addresses = pack(torch, "det_linear", [n for n, _ in present], [t for _, t in present])
         by_name = dict(zip((n for n, _ in present), addresses))
-        status = _lib.function("xj_det_linear")(self._live(), *(by_name.get(n) for n in names), int(bool(silu)),
+        status = _lib.lib.xj_det_linear(self._live(), *(by_name.get(n) for n in names), int(bool(silu)),
                                                 stream)
         del packed
         _lib.check(status, "xj_det_linear")

@@ -357,7 +357,7 @@ class Runtime:
         packed, addresses = pack(torch, "det_linear", [n for n, _ in present], [t for _, t in present])
         by_name = dict(zip((n for n, _ in present), addresses))
         status = _lib.lib.xj_det_linear(self._live(), *(by_name.get(n) for n in names), int(bool(silu)),
-                                                stream)
+                                        stream)
         del packed
         _lib.check(status, "xj_det_linear")
         return (out, pre) if return_pre_activation else out

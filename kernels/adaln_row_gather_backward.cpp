@@ -26,7 +26,7 @@ llvm::Expected<LaunchSequence> plan_adaln_row_gather_backward(const AdalnRowGath
   llvm::SmallVector<NamedTensor, 5> tensors = {{"grad", &a.grad}, {"timestep_indices", &a.timestep_indices},
                                                {"token_tags", &a.token_tags}, {"d_rows", &a.d_rows}};
   if (a.workspace) tensors.push_back({"workspace", a.workspace});
-  if (auto err = require_cuda_on_one_device(kOp, tensors)) return std::move(err);
+  if (auto err = require_cuda_on_one_device(kOp, tensors)) return err;
   auto dtype = float_dtype(arg("grad"), a.grad);
   if (!dtype) return dtype.takeError();
   if (a.grad.ndim != 3 || a.grad.shape[0] != kChunks || !is_contiguous(a.grad))
@@ -49,10 +49,10 @@ llvm::Expected<LaunchSequence> plan_adaln_row_gather_backward(const AdalnRowGath
   if (table_rows < 3 || table_rows % 3 != 0)
     return invalid(arg("d_rows"), fmt::format("must be (3T, {}) (got {})", kChunks * hidden, shape_string(a.d_rows)));
   if (auto err = require_dense(arg("d_rows"), a.d_rows, {table_rows, kChunks * hidden}, *out_dtype))
-    return std::move(err);
-  if (auto err = require_plan_limits(arg("timestep_indices"), seq, arg("d_rows"), table_rows)) return std::move(err);
+    return err;
+  if (auto err = require_plan_limits(arg("timestep_indices"), seq, arg("d_rows"), table_rows)) return err;
   const int64_t bytes = adaln_row_gather_backward_workspace(seq, table_rows, hidden);
-  if (auto err = require_workspace(arg("workspace"), a.workspace, bytes)) return std::move(err);
+  if (auto err = require_workspace(arg("workspace"), a.workspace, bytes)) return err;
   for (const auto& [name, t] : {tensors[0], tensors[1], tensors[2]})
     for (const DLTensor* out : {&a.d_rows, a.workspace})
       if (overlaps(*out, *t)) return invalid(arg(name), "must not overlap d_rows or the workspace");

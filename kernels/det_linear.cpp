@@ -25,7 +25,7 @@ llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& a) {
   llvm::SmallVector<NamedTensor, 5> tensors = {{"x", &a.x}, {"weight", &a.weight}, {"out", &a.out}};
   if (a.bias) tensors.push_back({"bias", a.bias});
   if (a.pre_activation) tensors.push_back({"pre_activation", a.pre_activation});
-  if (auto err = require_cuda_on_one_device(kOp, tensors)) return std::move(err);
+  if (auto err = require_cuda_on_one_device(kOp, tensors)) return err;
   auto dtype = float_dtype(arg("weight"), a.weight);
   if (!dtype) return dtype.takeError();
   if (*dtype == DType::F16) return invalid(arg("weight"), "must be float32 or bfloat16");

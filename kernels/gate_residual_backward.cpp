@@ -26,15 +26,15 @@ llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBac
   if (a.d_y) tensors.push_back({"d_y", a.d_y});
   if (a.d_gate) tensors.push_back({"d_gate", a.d_gate});
   if (a.workspace) tensors.push_back({"workspace", a.workspace});
-  if (auto err = require_cuda_on_one_device(kOp, tensors)) return std::move(err);
+  if (auto err = require_cuda_on_one_device(kOp, tensors)) return err;
   auto dtype = float_dtype(arg("y"), a.y);
   if (!dtype) return dtype.takeError();
   if (a.y.ndim != 2 && a.y.ndim != 3)
     return invalid(arg("y"), fmt::format("must be (M, H) or (B, S, H) (got {})", shape_string(a.y)));
   if (!is_contiguous(a.y)) return invalid(arg("y"), "must be contiguous");
-  if (auto err = require_like(arg("grad"), a.grad, "y", a.y)) return std::move(err);
+  if (auto err = require_like(arg("grad"), a.grad, "y", a.y)) return err;
   if (a.d_y)
-    if (auto err = require_like(arg("d_y"), *a.d_y, "y", a.y)) return std::move(err);
+    if (auto err = require_like(arg("d_y"), *a.d_y, "y", a.y)) return err;
   const int64_t hidden = a.y.shape[a.y.ndim - 1];
   if (hidden < 1 || hidden > INT_MAX) return invalid(arg("y"), "hidden size must be in [1, 2^31)");
   const int64_t rows = element_count(a.y) / hidden;
@@ -56,14 +56,14 @@ llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBac
   const int64_t seq = a.index.shape[0];
   if (rows % seq != 0)
     return invalid(arg("index"), fmt::format("length S = {} must divide the M = {} rows of y", seq, rows));
-  if (auto err = require_plan_limits(arg("index"), seq, arg("gate"), table_rows)) return std::move(err);
+  if (auto err = require_plan_limits(arg("index"), seq, arg("gate"), table_rows)) return err;
   if (a.d_gate)
-    if (auto err = require_dense(arg("d_gate"), *a.d_gate, {table_rows, hidden}, *dtype)) return std::move(err);
+    if (auto err = require_dense(arg("d_gate"), *a.d_gate, {table_rows, hidden}, *dtype)) return err;
 
   LaunchSequence sequence;
   if ((!a.d_y && !a.d_gate) || rows == 0) return sequence;
   const int64_t bytes = gate_residual_backward_workspace(rows, seq, table_rows, hidden);
-  if (auto err = require_workspace(arg("workspace"), a.workspace, bytes)) return std::move(err);
+  if (auto err = require_workspace(arg("workspace"), a.workspace, bytes)) return err;
   for (const auto& [name, tensor] : tensors) {
     if (name != "d_y" && name != "d_gate" && name != "workspace") {
       for (const DLTensor* out : {a.d_y, a.d_gate, a.workspace})

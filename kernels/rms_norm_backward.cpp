@@ -57,7 +57,7 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
                                 {"dweight", a.dweight}, {"dshift", a.dshift}, {"dscale", a.dscale},
                                 {"workspace", a.workspace}})
     if (t) tensors.push_back({name, t});
-  if (auto err = require_cuda_on_one_device(kOp, tensors)) return std::move(err);
+  if (auto err = require_cuda_on_one_device(kOp, tensors)) return err;
 
   auto dtype = float_dtype(arg("x"), a.x);
   if (!dtype) return dtype.takeError();
@@ -69,21 +69,21 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
   if (!is_contiguous(a.x) || data_address(a.x) % (4 * elem) != 0)
     return invalid(arg("x"), fmt::format("must be contiguous and aligned to 4 elements ({} bytes)", 4 * elem));
   const int64_t rows = element_count(a.x) / hidden;
-  if (auto err = require_like(arg("grad"), a.grad, "x", a.x)) return std::move(err);
+  if (auto err = require_like(arg("grad"), a.grad, "x", a.x)) return err;
   if (data_address(a.grad) % (4 * elem) != 0) return invalid(arg("grad"), "must be aligned to 4 elements");
   if (a.dx) {
-    if (auto err = require_like(arg("dx"), *a.dx, "x", a.x)) return std::move(err);
+    if (auto err = require_like(arg("dx"), *a.dx, "x", a.x)) return err;
     if (data_address(*a.dx) % (4 * elem) != 0) return invalid(arg("dx"), "must be aligned to 4 elements");
   }
   if (a.rstd.dtype.code != kDLFloat || a.rstd.dtype.bits != 32 || a.rstd.ndim != 1 || a.rstd.shape[0] != rows ||
       !is_contiguous(a.rstd))
     return invalid(arg("rstd"), fmt::format("must be ({},) float32 contiguous, as the forward returns it", rows));
   if (a.weight) {
-    if (auto err = require_dense(arg("weight"), *a.weight, {hidden}, *dtype)) return std::move(err);
+    if (auto err = require_dense(arg("weight"), *a.weight, {hidden}, *dtype)) return err;
     if (data_address(*a.weight) % (4 * elem) != 0) return invalid(arg("weight"), "must be aligned to 4 elements");
   }
   if (a.dweight)
-    if (auto err = require_dense(arg("dweight"), *a.dweight, {hidden}, *dtype)) return std::move(err);
+    if (auto err = require_dense(arg("dweight"), *a.dweight, {hidden}, *dtype)) return err;
 
   int64_t table_rows = 0, table_stride = 0, seq = rows > 0 ? rows : 1;
   IndexType index_type = IndexType::I64;
@@ -105,10 +105,10 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
       return invalid(arg("index"), fmt::format("must be (S,) contiguous (got {})", shape_string(*a.index)));
     seq = a.index->shape[0];
     if (rows % seq != 0) return invalid(arg("index"), fmt::format("length S = {} must divide M = {}", seq, rows));
-    if (auto err = require_plan_limits(arg("index"), seq, arg("scale"), table_rows)) return std::move(err);
+    if (auto err = require_plan_limits(arg("index"), seq, arg("scale"), table_rows)) return err;
     for (const auto& [name, t] : {std::pair{"dshift", a.dshift}, {"dscale", a.dscale}})
       if (t)
-        if (auto err = require_dense(arg(name), *t, {table_rows, hidden}, *dtype)) return std::move(err);
+        if (auto err = require_dense(arg(name), *t, {table_rows, hidden}, *dtype)) return err;
   }
 
   LaunchSequence sequence;
@@ -117,7 +117,7 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
   const Regions r = regions(rows, seq, table_rows, hidden, a.weight != nullptr);
   const bool needs_workspace = table_grads || a.dweight;
   if (needs_workspace)
-    if (auto err = require_workspace(arg("workspace"), a.workspace, r.end)) return std::move(err);
+    if (auto err = require_workspace(arg("workspace"), a.workspace, r.end)) return err;
   const DLTensor* outputs[] = {a.dx, a.dweight, a.dshift, a.dscale, needs_workspace ? a.workspace : nullptr};
   for (const auto& [name, tensor] : tensors) {
     for (const DLTensor* out : outputs)

@@ -33,7 +33,7 @@ llvm::Expected<LaunchPlan> plan_timestep_sinusoid(const TimestepSinusoidArgs& a)
   if (!is_contiguous(a.out)) return invalid(arg("out"), "must be contiguous");
   if (overlaps(a.out, a.t)) return invalid(arg("out"), "must not overlap t");
   const SinusoidParams& p = a.params;
-  if (auto err = check_sinusoid_params(kOp, p)) return std::move(err);
+  if (auto err = check_sinusoid_params(kOp, p)) return err;
 
   const int64_t channels = a.out.shape[1];
   const int64_t half = channels / 2;
@@ -73,7 +73,7 @@ llvm::Expected<LaunchPlan> plan_timestep_sinusoid_backward(const TimestepSinusoi
   constexpr std::string_view kBackward = "timestep_sinusoid_backward";
   auto barg = [&](std::string_view name) { return ArgName{kBackward, name}; };
   const NamedTensor tensors[] = {{"t", &a.t}, {"grad", &a.grad}, {"d_t", &a.d_t}};
-  if (auto err = require_cuda_on_one_device(kBackward, tensors)) return std::move(err);
+  if (auto err = require_cuda_on_one_device(kBackward, tensors)) return err;
   for (const NamedTensor& t : tensors)
     if (t.tensor->dtype.code != kDLFloat || t.tensor->dtype.bits != 32 || t.tensor->dtype.lanes != 1 ||
         !is_contiguous(*t.tensor))
@@ -85,7 +85,7 @@ llvm::Expected<LaunchPlan> plan_timestep_sinusoid_backward(const TimestepSinusoi
   if (a.d_t.ndim != 1 || a.d_t.shape[0] != timesteps)
     return invalid(barg("d_t"), fmt::format("must be ({},) (got {})", timesteps, shape_string(a.d_t)));
   if (overlaps(a.d_t, a.t) || overlaps(a.d_t, a.grad)) return invalid(barg("d_t"), "must not overlap t or grad");
-  if (auto err = check_sinusoid_params(kBackward, a.params)) return std::move(err);
+  if (auto err = check_sinusoid_params(kBackward, a.params)) return err;
   if (timesteps > INT_MAX) return invalid(barg("t"), fmt::format("has too many timesteps ({})", timesteps));
 
   const int64_t channels = a.grad.shape[1];

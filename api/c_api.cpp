@@ -97,6 +97,21 @@ exactjit_status_t xj_det_linear(xj_runtime* runtime, const DLTensor* x, const DL
   return finish(runtime->runtime.det_linear(*x, *weight, bias, *out, pre_activation, silu != 0, stream));
 }
 
+long long xj_det_linear_backward_workspace_bytes(long long rows, long long in_features, long long out_features) {
+  return exactjit::det_linear_backward_workspace_bytes(rows, in_features, out_features);
+}
+
+exactjit_status_t xj_det_linear_backward(xj_runtime* runtime, const DLTensor* grad, const DLTensor* pre_activation,
+                                         const DLTensor* x, const DLTensor* weight, const DLTensor* d_input,
+                                         const DLTensor* d_weight, const DLTensor* d_bias, const DLTensor* workspace,
+                                         int silu, void* stream) {
+  if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "det_linear_backward: runtime must not be NULL");
+  if (!grad || !x || !weight)
+    return fail(XJ_ERROR_INVALID_ARGUMENT, "det_linear_backward: grad, x and weight must not be NULL");
+  return finish(runtime->runtime.det_linear_backward(*grad, pre_activation, *x, *weight, d_input, d_weight, d_bias,
+                                                     workspace, silu != 0, stream));
+}
+
 long long xj_gate_residual_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
                                                    long long hidden) {
   return exactjit::gate_residual_backward_workspace_bytes(rows, seq, table_rows, hidden);

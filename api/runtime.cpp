@@ -10,6 +10,7 @@
 #include "kernels/adaln_row_gather.hpp"
 #include "kernels/adaln_row_gather_backward.hpp"
 #include "kernels/det_linear.hpp"
+#include "kernels/det_linear_backward.hpp"
 #include "kernels/gate_residual.hpp"
 #include "kernels/gate_residual_backward.hpp"
 #include "kernels/rms_norm.hpp"
@@ -225,6 +226,18 @@ Status Runtime::det_linear(const DLTensor& x, const DLTensor& weight, const DLTe
   auto plan = plan_det_linear({x, weight, bias, out, pre_activation, silu});
   if (!plan) return to_status(plan.takeError());
   return to_status(impl_->launch(*plan, stream));
+}
+
+Status Runtime::det_linear_backward(const DLTensor& grad, const DLTensor* pre_activation, const DLTensor& x,
+                                    const DLTensor& weight, const DLTensor* d_input, const DLTensor* d_weight,
+                                    const DLTensor* d_bias, const DLTensor* workspace, bool silu, void* stream) {
+  auto sequence = plan_det_linear_backward({grad, pre_activation, x, weight, d_input, d_weight, d_bias, workspace, silu});
+  if (!sequence) return to_status(sequence.takeError());
+  return to_status(impl_->launch(*sequence, stream));
+}
+
+long long det_linear_backward_workspace_bytes(long long rows, long long in_features, long long out_features) {
+  return det_linear_backward_workspace(rows, in_features, out_features);
 }
 
 Status Runtime::gate_residual_backward(const DLTensor& grad, const DLTensor& gate, const DLTensor& index,

@@ -22,6 +22,8 @@ std::string_view op_name(Op op) {
     case Op::RmsNormTableGrad: return "rms_norm_table_grad";
     case Op::RmsNormWeightGrad: return "rms_norm_weight_grad";
     case Op::TimestepSinusoidBackward: return "timestep_sinusoid_backward";
+    case Op::DetLinearInputGrad: return "det_linear_input_grad";
+    case Op::DetLinearWeightGrad: return "det_linear_weight_grad";
     case Op::SegmentCount: return "segment_count";
     case Op::SegmentScan: return "segment_scan";
     case Op::SegmentScatter: return "segment_scatter";
@@ -58,7 +60,7 @@ std::optional<Op> parse_op(std::string_view text) {
   if (text == "rms_norm") return Op::RmsNorm;
   if (text == "timestep_sinusoid") return Op::TimestepSinusoid;
   for (Op op : {Op::DetLinear, Op::GateResidualBackward, Op::AdalnRowGatherBackward, Op::RmsNormBackward, Op::RmsNormTableGrad,
-                Op::RmsNormWeightGrad, Op::TimestepSinusoidBackward, Op::SegmentCount, Op::SegmentScan,
+                Op::RmsNormWeightGrad, Op::TimestepSinusoidBackward, Op::DetLinearInputGrad, Op::DetLinearWeightGrad, Op::SegmentCount, Op::SegmentScan,
                 Op::SegmentScatter, Op::SegmentFold})
     if (text == op_name(op)) return op;
   return std::nullopt;
@@ -106,8 +108,8 @@ KernelSpec make_spec(Op op, DType dtype, IndexType index, int64_t hidden, int64_
 }
 
 std::string KernelSpec::describe() const {
-  if (op == Op::DetLinear)
-    return fmt::format("det_linear dtype={} in_features={} out_features={} activation={} rows={} target={}",
+  if (op == Op::DetLinear || op == Op::DetLinearInputGrad || op == Op::DetLinearWeightGrad)
+    return fmt::format("{} dtype={} in_features={} out_features={} activation={} rows={} target={}", op_name(op),
                        dtype_name(dtype), hidden, table_stride, weighted ? "silu" : "none", vec, target.name());
   return fmt::format("{} dtype={} hidden={} table_stride={} vec={} index={} target={}{}", op_name(op),
                      dtype_name(dtype), hidden, table_stride, vec, index_type_name(index), target.name(),

@@ -27,6 +27,8 @@ enum class Op : uint8_t {
   RmsNormTableGrad,          ///< dshift / dscale tile partials (segment tiles)
   RmsNormWeightGrad,         ///< dweight tile partials (tiles of consecutive rows)
   TimestepSinusoidBackward,  ///< d_t
+  DetLinearInputGrad,        ///< d_input partials over 64-output chunks (folded by SegmentFold)
+  DetLinearWeightGrad,       ///< d_weight and d_bias as ascending-row chains
   // The segment plan (kernels/segment_plan.hpp) and the fold of tile partials.
   SegmentCount,    ///< hidden = number of index tensors combined into the key (1 or 2)
   SegmentScan,

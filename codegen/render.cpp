@@ -66,6 +66,11 @@ KernelSource render(const KernelSpec& spec) {
                              {"numerics.cuh", "error_record.cuh",
                               spec.dtype == DType::F32 ? "det_linear_fp32.cuh" : "det_linear_bf16.cuh"});
       break;
+    case Op::DetLinearInputGrad:
+    case Op::DetLinearWeightGrad:
+      source.text = assemble(spec, source.entry, render_det_linear_constants(spec),
+                             {"numerics.cuh", "error_record.cuh", "det_linear_grad.cuh"});
+      break;
     case Op::GateResidualBackward:
       source.text = assemble(spec, source.entry, render_backward_constants(spec),
                              {"numerics.cuh", "vector_io.cuh", "error_record.cuh", "segment_tiles.cuh",

@@ -41,9 +41,11 @@ std::string render_det_linear_constants(const KernelSpec& spec) {
       "constexpr long long kTableStride = {n};  // out_features N\n"
       "constexpr int kVec = {rows};  // row tile\n"
       "constexpr bool kSilu = {silu};  // fp32: SiLU on the output; bf16: on the input before the cast\n"
+      "constexpr int kMode = {mode};  // backward: 0 input partials, 1 weight and bias\n"
       "constexpr int kTargetArch = {arch};\n",
       fmt::arg("op_code", static_cast<int>(spec.op) + 1), fmt::arg("k", spec.hidden), fmt::arg("n", spec.table_stride),
-      fmt::arg("rows", spec.vec), fmt::arg("silu", spec.weighted ? "true" : "false"), fmt::arg("arch", spec.target.sm));
+      fmt::arg("rows", spec.vec), fmt::arg("silu", spec.weighted ? "true" : "false"),
+      fmt::arg("mode", spec.op == Op::DetLinearWeightGrad ? 1 : 0), fmt::arg("arch", spec.target.sm));
 }
 
 }  // namespace exactjit::codegen

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <climits>
+#include <tuple>
 
 namespace exactjit {
 
@@ -40,6 +41,10 @@ std::vector<KernelSpec> backward_family(Op op, DType dtype, int64_t hidden, int6
       break;
     case Op::TimestepSinusoidBackward:
       specs.push_back(make_spec(op, DType::F32, IndexType::I64, hidden, 0, 1));
+      break;
+    case Op::DetLinearInputGrad:  // hidden = in_features, table_stride = out_features; both activations
+    case Op::DetLinearWeightGrad:
+      for (bool silu : {false, true}) specs.push_back(make_spec(op, DType::F32, IndexType::I64, hidden, table_stride, 8, silu));
       break;
     case Op::SegmentCount:  // hidden: index tensors per key (1, or 2 for adaln_row_gather)
       for (IndexType index : both) specs.push_back(make_spec(op, DType::F32, index, hidden, 0, 1));
@@ -141,6 +146,13 @@ std::vector<KernelSpec> default_catalog(Target target) {
     specs.push_back(spec);
   // det_linear: the timestep MLP (fp32: 256 -> 5376 + SiLU, 5376 -> 2688), the block's AdaLN
   // projection (bf16: SiLU(temb) -> 18H) and the final one (-> 2H).
+  for (const auto& [k, n, silu] : {std::tuple{kSinusoidChannels, 2 * kTimeEmbedDim, true},
+                                   std::tuple{2 * kTimeEmbedDim, kTimeEmbedDim, false}})
+    for (Op op : {Op::DetLinearInputGrad, Op::DetLinearWeightGrad}) {
+      KernelSpec spec = make_spec(op, DType::F32, IndexType::I64, k, n, 8, silu);
+      spec.target = target;
+      specs.push_back(spec);
+    }
   for (const KernelSpec& spec : {det_linear_spec(DType::F32, kSinusoidChannels, 2 * kTimeEmbedDim, true),
                                  det_linear_spec(DType::F32, 2 * kTimeEmbedDim, kTimeEmbedDim, false),
                                  det_linear_spec(DType::BF16, kTimeEmbedDim, 18 * kDefaultHidden, true),
@@ -184,6 +196,12 @@ llvm::Error validate_spec(const KernelSpec& spec) {
         return bad(fmt::format("vec must be 1 or {} and divide hidden and the table stride", wide));
       return llvm::Error::success();
     }
+    case Op::DetLinearInputGrad:
+    case Op::DetLinearWeightGrad:
+      if (spec.dtype != DType::F32) return bad("the det_linear backward kernels are fp32 (bf16 weights: not yet)");
+      if (spec.table_stride < 1 || spec.table_stride > INT_MAX) return bad("out_features must be in [1, 2^31)");
+      if (spec.vec != 8) return bad("the row tile is 8");
+      return llvm::Error::success();
     case Op::SegmentCount:
       if (spec.hidden > 2) return bad("segment_count combines 1 or 2 index tensors (hidden = 1 or 2)");
       return llvm::Error::success();

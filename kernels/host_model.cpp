@@ -6,7 +6,10 @@
 #include "templates/numerics.cuh"
 #include "templates/gate_residual_math.cuh"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace exactjit {
 namespace {
@@ -150,6 +153,42 @@ void det_linear_fp32_model(const float* x, const float* weight, const float* bia
         std::memcpy(lanes, next, sizeof lanes);
       }
       v[t * out_features + n] = bias ? xj::add(lanes[0], bias[n]) : lanes[0];
+    }
+  }
+}
+
+void det_linear_fp32_backward_model(const float* grad, const float* pre_activation, const float* x,
+                                    const float* weight, int64_t rows, int64_t in_features, int64_t out_features,
+                                    bool silu, float* d_input, float* d_weight, float* d_bias) {
+  constexpr int64_t kChunk = 64;
+  std::vector<float> d_v(static_cast<size_t>(rows * out_features));
+  for (int64_t i = 0; i < rows * out_features; ++i) {
+    d_v[i] = grad[i];
+    if (silu) {
+      const float v = pre_activation[i];
+      const float s = xj::div(1.0f, xj::add(1.0f, std::exp(-v)));
+      d_v[i] = xj::mul(grad[i], xj::mul(s, xj::add(1.0f, xj::mul(v, xj::sub(1.0f, s)))));
+    }
+  }
+  for (int64_t t = 0; d_input && t < rows; ++t)
+    for (int64_t k = 0; k < in_features; ++k) {
+      float fold = 0.0f;
+      for (int64_t n0 = 0; n0 < out_features; n0 += kChunk) {
+        float partial = 0.0f;
+        for (int64_t n = n0; n < std::min(n0 + kChunk, out_features); ++n)
+          partial = fma_model(d_v[t * out_features + n], weight[n * in_features + k], partial);
+        fold = xj::add(fold, partial);
+      }
+      d_input[t * in_features + k] = fold;
+    }
+  for (int64_t n = 0; n < out_features; ++n) {
+    float b = 0.0f;
+    for (int64_t t = 0; t < rows; ++t) b = xj::add(b, d_v[t * out_features + n]);
+    if (d_bias) d_bias[n] = b;
+    for (int64_t k = 0; d_weight && k < in_features; ++k) {
+      float w = 0.0f;
+      for (int64_t t = 0; t < rows; ++t) w = fma_model(d_v[t * out_features + n], x[t * in_features + k], w);
+      d_weight[n * in_features + k] = w;
     }
   }
 }

@@ -39,4 +39,12 @@ int64_t adaln_row_gather_model(size_t element_bytes, const void* rows, int64_t t
 void det_linear_fp32_model(const float* x, const float* weight, const float* bias, int64_t rows, int64_t in_features,
                            int64_t out_features, float* v);
 
+/// det_linear backward (fp32 weights) in the kernels' order: d_v = grad (or through SiLU at the
+/// pre-activation), d_input[t, k] = fold over 64-output chunks (ascending, from 0) of fma chains
+/// over the chunk's outputs; d_weight[n, k] and d_bias[n] as chains over t. Null outputs are
+/// skipped. With silu the host's expf may differ from libdevice's in the last bit.
+void det_linear_fp32_backward_model(const float* grad, const float* pre_activation, const float* x,
+                                    const float* weight, int64_t rows, int64_t in_features, int64_t out_features,
+                                    bool silu, float* d_input, float* d_weight, float* d_bias);
+
 }  // namespace exactjit

@@ -76,6 +76,16 @@ XJ_API exactjit_status_t xj_det_linear(xj_runtime* runtime, const DLTensor* x, c
                                        const DLTensor* bias, const DLTensor* out, const DLTensor* pre_activation,
                                        int silu, void* stream);
 
+/* det_linear backward, fp32 weights, T <= 8 (exactjit.hpp). Outputs may be NULL; the workspace
+ * (det_linear_backward_workspace_bytes) is needed for d_input. */
+XJ_API long long xj_det_linear_backward_workspace_bytes(long long rows, long long in_features,
+                                                        long long out_features);
+XJ_API exactjit_status_t xj_det_linear_backward(xj_runtime* runtime, const DLTensor* grad,
+                                                const DLTensor* pre_activation, const DLTensor* x,
+                                                const DLTensor* weight, const DLTensor* d_input,
+                                                const DLTensor* d_weight, const DLTensor* d_bias,
+                                                const DLTensor* workspace, int silu, void* stream);
+
 /* Backward passes (NUMERICS.md; docs/backward.md): deterministic (bit-for-bit repeatable, no
  * atomics in any floating-point sum), no host synchronisation, safe under CUDA graph capture.
  * Sums over positions are segment sums: positions grouped by table row in ascending flattened

@@ -84,6 +84,13 @@ class Runtime {
   Status det_linear(const DLTensor& x, const DLTensor& weight, const DLTensor* bias, const DLTensor& out,
                     const DLTensor* pre_activation, bool silu, void* stream);
 
+  /// det_linear backward, fp32 weights, T <= 8: d_input (T, K), d_weight (N, K), d_bias (N,), all
+  /// float32 and each optional; pre_activation is the forward's (required with silu); workspace
+  /// as det_linear_backward_workspace_bytes says (needed for d_input).
+  Status det_linear_backward(const DLTensor& grad, const DLTensor* pre_activation, const DLTensor& x,
+                             const DLTensor& weight, const DLTensor* d_input, const DLTensor* d_weight,
+                             const DLTensor* d_bias, const DLTensor* workspace, bool silu, void* stream);
+
   // Backward passes (docs/backward.md): deterministic, no host synchronisation, capturable in
   // CUDA graphs. `workspace` is a contiguous uint8 CUDA tensor of at least the bytes the matching
   // *_backward_workspace_bytes function returns; outputs may be null (not computed).
@@ -125,5 +132,6 @@ long long gate_residual_backward_workspace_bytes(long long rows, long long seq, 
 long long rms_norm_backward_workspace_bytes(long long rows, long long seq, long long table_rows, long long hidden,
                                             bool weighted);
 long long adaln_row_gather_backward_workspace_bytes(long long seq, long long table_rows, long long hidden);
+long long det_linear_backward_workspace_bytes(long long rows, long long in_features, long long out_features);
 
 }  // namespace exactjit

@@ -87,6 +87,10 @@ SIGNATURES = {
     "xj_synchronize": (c_int, [c_void_p, c_int, c_void_p]),
     # runtime, x, weight, bias, out, pre_activation, silu, stream
     "xj_det_linear": (c_int, [c_void_p] + [_tensor] * 5 + [c_int, c_void_p]),
+    # rows T, in_features K, out_features N -> bytes, -1 for invalid shapes
+    "xj_det_linear_backward_workspace_bytes": (c_longlong, [c_longlong] * 3),
+    # runtime, grad, pre_activation, x, weight, d_input, d_weight, d_bias, workspace, silu, stream
+    "xj_det_linear_backward": (c_int, [c_void_p] + [_tensor] * 8 + [c_int, c_void_p]),
     # Backward passes. (rows M, seq S, table_rows R, hidden H) -> bytes, -1 for invalid shapes.
     "xj_gate_residual_backward_workspace_bytes": (c_longlong, [c_longlong] * 4),
     # runtime, grad, gate, index, y, d_y, d_gate, workspace, stream

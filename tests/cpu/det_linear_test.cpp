@@ -4,6 +4,7 @@
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
 #include "kernels/det_linear.hpp"
+#include "kernels/det_linear_backward.hpp"
 #include "kernels/host_model.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/nvrtc.hpp"
@@ -127,6 +128,56 @@ TEST(DetLinearModel, Fp32ModelIsADotProductAndRowIndependent) {
       EXPECT_NEAR(v[t * N + n], static_cast<double>(exact), 1e-4);
       EXPECT_EQ(v[t * N + n], v1[n]);
     }
+  }
+}
+
+TEST(DetLinearPtx, BackwardIsFmaChainsAndAddsOnly) {
+  for (Op op : {Op::DetLinearInputGrad, Op::DetLinearWeightGrad}) {
+    KernelSpec spec = make_spec(op, DType::F32, IndexType::I64, 5376, 2688, 8, false);
+    spec.target = Target{90, false};
+    const std::string ptx = ptx_of(spec);
+    const size_t fmas = count(ptx, "fma\\.rn\\.f32");  // one chain step per row (the n loop may be unrolled)
+    EXPECT_TRUE(fmas > 0 && fmas % 8 == 0) << spec.describe() << ": " << fmas;
+    EXPECT_EQ(count(ptx, "\\.approx|\\.ftz|tf32|\\batom\\.|\\bred\\."), 0u) << spec.describe();
+  }
+}
+
+TEST(DetLinearBackwardValidation, PlansInputFoldAndWeightChains) {
+  FakeTensor grad{1 * GiB, {3, 2688}, kF32}, x{2 * GiB, {3, 5376}, kF32}, w{3 * GiB, {2688, 5376}, kF32};
+  FakeTensor d_input{4 * GiB, {3, 5376}, kF32}, d_weight{5 * GiB, {2688, 5376}, kF32}, d_bias{6 * GiB, {2688}, kF32};
+  FakeTensor workspace{7 * GiB, {det_linear_backward_workspace(3, 5376, 2688)}, test::kU8};
+  auto sequence = plan_det_linear_backward(
+      {grad.t, nullptr, x.t, w.t, &d_input.t, &d_weight.t, &d_bias.t, &workspace.t, false});
+  ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
+  ASSERT_EQ(sequence->count, 3);
+  EXPECT_EQ(sequence->steps[0].spec.op, Op::DetLinearInputGrad);
+  EXPECT_EQ(sequence->steps[0].grid_y, 2688u / 64u);
+  EXPECT_EQ(sequence->steps[1].spec.op, Op::SegmentFold);
+  EXPECT_EQ(sequence->steps[2].spec.op, Op::DetLinearWeightGrad);
+  auto silu_without_pre = plan_det_linear_backward({grad.t, nullptr, x.t, w.t, &d_input.t, nullptr, nullptr, &workspace.t, true});
+  ASSERT_FALSE(static_cast<bool>(silu_without_pre));
+  EXPECT_NE(llvm::toString(silu_without_pre.takeError()).find("pre_activation is required with silu"), std::string::npos);
+}
+
+TEST(DetLinearModel, BackwardModelMatchesLongDouble) {
+  constexpr int64_t T = 3, K = 40, N = 150;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> g(T * N), x(T * K), w(N * K), d_input(T * K), d_weight(N * K), d_bias(N);
+  for (float& f : g) f = u(rng);
+  for (float& f : x) f = u(rng);
+  for (float& f : w) f = u(rng);
+  det_linear_fp32_backward_model(g.data(), nullptr, x.data(), w.data(), T, K, N, false, d_input.data(), d_weight.data(),
+                                 d_bias.data());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < K; ++k) {
+      long double exact = 0;
+      for (int64_t n = 0; n < N; ++n) exact += static_cast<long double>(g[t * N + n]) * w[n * K + k];
+      EXPECT_NEAR(d_input[t * K + k], static_cast<double>(exact), 1e-4);
+    }
+  for (int64_t n = 0; n < N; ++n) {
+    EXPECT_NEAR(d_bias[n], g[n] + g[N + n] + g[2 * N + n], 1e-5);
+    EXPECT_NEAR(d_weight[n * K + 7], g[n] * x[7] + g[N + n] * x[K + 7] + g[2 * N + n] * x[2 * K + 7], 1e-5);
   }
 }
 

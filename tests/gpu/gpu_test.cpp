@@ -296,6 +296,62 @@ TEST_F(Gpu, DetLinearIsBatchInvariantAndMatchesTheFp32Model) {
   }
 }
 
+// det_linear backward (fp32): without SiLU every gradient equals the host model bit for bit; with
+// SiLU (host expf vs libdevice's) within a few ulp; both repeat bit for bit.
+TEST_F(Gpu, DetLinearBackwardMatchesTheModel) {
+  using namespace selftest;
+  constexpr int64_t T = 3, K = 256, N = 5376;
+  Generator gen{21};
+  std::vector<uint8_t> g = random_storage(gen, DType::F32, T * N, false), pre = random_storage(gen, DType::F32, T * N, false);
+  std::vector<uint8_t> x = random_storage(gen, DType::F32, T * K, false), w = random_storage(gen, DType::F32, N * K, false);
+  const int64_t ws_bytes = det_linear_backward_workspace_bytes(T, K, N);
+  auto arena = DeviceArena::open(0);
+  ASSERT_TRUE(static_cast<bool>(arena)) << llvm::toString(arena.takeError());
+  DeviceBuffer* d_g = arena->upload(g, g.size());
+  DeviceBuffer* d_pre = arena->upload(pre, pre.size());
+  DeviceBuffer* d_x = arena->upload(x, x.size());
+  DeviceBuffer* d_w = arena->upload(w, w.size());
+  DeviceBuffer* d_in = arena->upload({}, x.size());
+  DeviceBuffer* d_dw = arena->upload({}, w.size());
+  DeviceBuffer* d_db = arena->upload({}, static_cast<size_t>(N) * 4);
+  DeviceBuffer* d_ws = arena->upload({}, static_cast<size_t>(ws_bytes));
+  ASSERT_FALSE(static_cast<bool>(arena->take_error()));
+  int64_t g_shape[2] = {T, N}, x_shape[2] = {T, K}, w_shape[2] = {N, K}, b_shape[1] = {N}, ws_shape[1] = {ws_bytes};
+  const DLDataType f32 = dl_dtype(DType::F32);
+  const DLTensor t_g = device_tensor(*d_g, 0, 0, 2, g_shape, nullptr, f32), t_pre = device_tensor(*d_pre, 0, 0, 2, g_shape, nullptr, f32);
+  const DLTensor t_x = device_tensor(*d_x, 0, 0, 2, x_shape, nullptr, f32), t_w = device_tensor(*d_w, 0, 0, 2, w_shape, nullptr, f32);
+  const DLTensor t_in = device_tensor(*d_in, 0, 0, 2, x_shape, nullptr, f32), t_dw = device_tensor(*d_dw, 0, 0, 2, w_shape, nullptr, f32);
+  const DLTensor t_db = device_tensor(*d_db, 0, 0, 1, b_shape, nullptr, f32);
+  const DLTensor t_ws = device_tensor(*d_ws, 0, 0, 1, ws_shape, nullptr, DLDataType{kDLUInt, 8, 1});
+  for (bool silu : {false, true}) {
+    std::vector<float> got[2][3];
+    for (int run = 0; run < 2; ++run) {
+      const Status status = runtime().det_linear_backward(t_g, &t_pre, t_x, t_w, &t_in, &t_dw, &t_db, &t_ws, silu, nullptr);
+      ASSERT_TRUE(status.ok()) << status.message();
+      ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
+      got[run][0].resize(T * K);
+      got[run][1].resize(N * K);
+      got[run][2].resize(N);
+      ASSERT_FALSE(static_cast<bool>(d_in->download(got[run][0].data(), x.size())));
+      ASSERT_FALSE(static_cast<bool>(d_dw->download(got[run][1].data(), w.size())));
+      ASSERT_FALSE(static_cast<bool>(d_db->download(got[run][2].data(), N * 4)));
+    }
+    std::vector<float> model[3] = {std::vector<float>(T * K), std::vector<float>(N * K), std::vector<float>(N)};
+    det_linear_fp32_backward_model(reinterpret_cast<const float*>(g.data()), reinterpret_cast<const float*>(pre.data()),
+                                   reinterpret_cast<const float*>(x.data()), reinterpret_cast<const float*>(w.data()), T, K,
+                                   N, silu, model[0].data(), model[1].data(), model[2].data());
+    for (int o = 0; o < 3; ++o) {
+      EXPECT_EQ(got[0][o], got[1][o]) << "output " << o << " repeats";
+      if (!silu) {
+        EXPECT_EQ(got[0][o], model[o]) << "output " << o << " vs the host model";
+      } else {
+        for (size_t i = 0; i < model[o].size(); ++i)
+          ASSERT_NEAR(got[0][o][i], model[o][i], 1e-5 * (1 + std::fabs(model[o][i]))) << "output " << o << " at " << i;
+      }
+    }
+  }
+}
+
 TEST_F(Gpu, SelftestPasses) {
   auto lines = run_selftest(runtime(), 0, {});
   ASSERT_TRUE(static_cast<bool>(lines)) << llvm::toString(lines.takeError());

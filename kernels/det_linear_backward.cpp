@@ -1,0 +1,83 @@
+// exactjit op det_linear, backward: validate, then the input partials + fold and the weight/bias
+// chains.
+#include "kernels/det_linear_backward.hpp"
+
+#include "kernels/backward_check.hpp"
+#include "kernels/segment_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <climits>
+
+namespace exactjit {
+namespace {
+constexpr std::string_view kOp = "det_linear_backward";
+ArgName arg(std::string_view name) { return {kOp, name}; }
+constexpr int64_t kChunk = 64, kColumns = 128, kMaxRows = 8;
+}  // namespace
+
+int64_t det_linear_backward_workspace(int64_t rows, int64_t in_features, int64_t out_features) {
+  if (rows < 1 || rows > kMaxRows || in_features < 1 || out_features < 1) return -1;
+  return align_workspace((out_features + kChunk - 1) / kChunk * rows * in_features * 4);
+}
+
+llvm::Expected<LaunchSequence> plan_det_linear_backward(const DetLinearBackwardArgs& a) {
+  llvm::SmallVector<NamedTensor, 8> tensors = {{"grad", &a.grad}, {"x", &a.x}, {"weight", &a.weight}};
+  for (const auto& [name, t] : {std::pair{"pre_activation", a.pre_activation}, {"d_input", a.d_input},
+                                {"d_weight", a.d_weight}, {"d_bias", a.d_bias}, {"workspace", a.workspace}})
+    if (t) tensors.push_back({name, t});
+  if (auto err = require_cuda_on_one_device(kOp, tensors)) return err;
+  if (a.x.ndim != 2 || a.weight.ndim != 2)
+    return invalid(arg("x"), "x must be (T, K) and weight (N, K)");
+  const int64_t rows = a.x.shape[0], in_features = a.x.shape[1], out_features = a.weight.shape[0];
+  if (rows < 1 || rows > kMaxRows) return invalid(arg("x"), fmt::format("must have 1..{} rows (got {})", kMaxRows, rows));
+  if (in_features > INT_MAX || out_features > INT_MAX) return invalid(arg("weight"), "is too large");
+  if (auto err = require_dense(arg("x"), a.x, {rows, in_features}, DType::F32)) return err;
+  if (auto err = require_dense(arg("weight"), a.weight, {out_features, in_features}, DType::F32)) return err;
+  if (auto err = require_dense(arg("grad"), a.grad, {rows, out_features}, DType::F32)) return err;
+  if (a.silu && !a.pre_activation) return invalid(arg("pre_activation"), "is required with silu (the forward saves it)");
+  if (a.pre_activation)
+    if (auto err = require_dense(arg("pre_activation"), *a.pre_activation, {rows, out_features}, DType::F32)) return err;
+  if (a.d_input)
+    if (auto err = require_dense(arg("d_input"), *a.d_input, {rows, in_features}, DType::F32)) return err;
+  if (a.d_weight)
+    if (auto err = require_dense(arg("d_weight"), *a.d_weight, {out_features, in_features}, DType::F32)) return err;
+  if (a.d_bias)
+    if (auto err = require_dense(arg("d_bias"), *a.d_bias, {out_features}, DType::F32)) return err;
+  if (a.d_input)
+    if (auto err = require_workspace(arg("workspace"), a.workspace,
+                                     det_linear_backward_workspace(rows, in_features, out_features)))
+      return err;
+  const DLTensor* outputs[] = {a.d_input, a.d_weight, a.d_bias, a.d_input ? a.workspace : nullptr};
+  for (const auto& [name, t] : tensors)
+    for (const DLTensor* o : outputs)
+      if (o && o != t && overlaps(*o, *t)) return invalid(arg(name), "must not overlap an output or the workspace");
+
+  LaunchSequence sequence;
+  const int device = a.x.device.device_id;
+  const uint32_t column_blocks = static_cast<uint32_t>((in_features + kColumns - 1) / kColumns);
+  const uint64_t pre = a.pre_activation ? data_address(*a.pre_activation) : 0;
+  auto add = [&](Op op, uint32_t grid_y, uint64_t partials, uint64_t d_weight, uint64_t d_bias) {
+    LaunchPlan& plan = sequence.add(make_spec(op, DType::F32, IndexType::I64, in_features, out_features, 8, a.silu),
+                                    device, column_blocks, static_cast<uint32_t>(kColumns));
+    plan.grid_y = grid_y;
+    for (uint64_t v : {data_address(a.grad), pre, data_address(a.x), data_address(a.weight), partials, d_weight, d_bias,
+                       static_cast<uint64_t>(rows)})
+      plan.push(v);
+  };
+  if (a.d_input) {
+    const int64_t chunks = (out_features + kChunk - 1) / kChunk;
+    if (chunks > 65535) return invalid(arg("weight"), "has too many rows for the chunked d_input");
+    const uint64_t ws = data_address(*a.workspace);
+    add(Op::DetLinearInputGrad, static_cast<uint32_t>(chunks), ws, 0, 0);
+    add_fold_launch(sequence, nullptr, ws, device, DType::F32, ws, chunks, rows * in_features, data_address(*a.d_input));
+  }
+  if (a.d_weight || a.d_bias) {
+    if (out_features > 65535) return invalid(arg("weight"), "has too many rows for one d_weight launch");
+    add(Op::DetLinearWeightGrad, static_cast<uint32_t>(out_features), 0, a.d_weight ? data_address(*a.d_weight) : 0,
+        a.d_bias ? data_address(*a.d_bias) : 0);
+  }
+  return sequence;
+}
+
+}  // namespace exactjit

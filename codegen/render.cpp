@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <vector>
 
 namespace exactjit::codegen {
 
@@ -23,8 +24,13 @@ std::string entry_name(const KernelSpec& spec) {
   return spec.stem() + "_" + sha256_fields_hex({kGeneratorVersion, spec.describe()}).substr(0, 8);
 }
 
+
+namespace {
+
+// The common frame of every generated file: banner, entry macro, the op's constants, then the
+// named templates in order.
 std::string assemble(const KernelSpec& spec, const std::string& entry, const std::string& constants,
-                     std::initializer_list<std::string_view> template_names) {
+                     const std::vector<std::string_view>& template_names) {
   std::string text = fmt::format(
       "// exactjit generated kernel (codegen/render.cpp): one self-contained file, no headers.\n"
       "// spec: {}\n"
@@ -39,80 +45,55 @@ std::string assemble(const KernelSpec& spec, const std::string& entry, const std
   return text;
 }
 
+// Every kernel starts with the shared numerics, vector I/O and error record templates.
+constexpr std::string_view kPrelude[] = {"numerics.cuh", "vector_io.cuh", "error_record.cuh"};
+
+// The op's own templates, in order, after the prelude.
+std::vector<std::string_view> op_templates(const KernelSpec& spec) {
+  switch (spec.op) {
+    case Op::GateResidual: return {"gate_residual_math.cuh", "gate_residual.cuh"};
+    case Op::AdalnRowGather: return {"adaln_row_gather.cuh"};
+    case Op::RmsNorm: return {"quad_io.cuh", "row_sum.cuh", "rms_norm.cuh"};
+    case Op::TimestepSinusoid: return {"timestep_sinusoid.cuh"};
+    case Op::DetLinear: return {spec.dtype == DType::F32 ? "det_linear_fp32.cuh" : "det_linear_bf16.cuh"};
+    case Op::DetLinearInputGrad:
+    case Op::DetLinearWeightGrad: return {"det_linear_grad.cuh"};
+    case Op::GateResidualBackward: return {"segment_tiles.cuh", "gate_residual_backward.cuh"};
+    case Op::AdalnRowGatherBackward: return {"segment_tiles.cuh", "adaln_row_gather_backward.cuh"};
+    case Op::RmsNormBackward: return {"quad_io.cuh", "row_sum.cuh", "rms_norm_backward.cuh"};
+    case Op::RmsNormTableGrad:
+    case Op::RmsNormWeightGrad: return {"quad_io.cuh", "segment_tiles.cuh", "rms_norm_param_grad.cuh"};
+    case Op::TimestepSinusoidBackward: return {"row_sum.cuh", "timestep_sinusoid_backward.cuh"};
+    case Op::SegmentCount: return {"segment_count.cuh"};
+    case Op::SegmentScan: return {"segment_scan.cuh"};
+    case Op::SegmentScatter: return {"segment_scatter.cuh"};
+    case Op::SegmentFold: return {"segment_fold.cuh"};
+  }
+  return {};
+}
+
+std::string op_constants(const KernelSpec& spec) {
+  switch (spec.op) {
+    case Op::GateResidual:
+    case Op::AdalnRowGather: return render_row_constants(spec);
+    case Op::RmsNorm: return render_rms_norm_constants(spec);
+    case Op::TimestepSinusoid: return render_sinusoid_constants(spec);
+    case Op::DetLinear:
+    case Op::DetLinearInputGrad:
+    case Op::DetLinearWeightGrad: return render_det_linear_constants(spec);
+    default: return render_backward_constants(spec);
+  }
+}
+
+}  // namespace
+
 KernelSource render(const KernelSpec& spec) {
   KernelSource source;
   source.spec = spec;
   source.entry = entry_name(spec);
-  switch (spec.op) {
-    case Op::GateResidual:
-      source.text = assemble(spec, source.entry, render_row_constants(spec),
-                             {"numerics.cuh", "vector_io.cuh", "error_record.cuh", "gate_residual_math.cuh",
-                              "gate_residual.cuh"});
-      break;
-    case Op::AdalnRowGather:
-      source.text = assemble(spec, source.entry, render_row_constants(spec),
-                             {"numerics.cuh", "vector_io.cuh", "error_record.cuh", "adaln_row_gather.cuh"});
-      break;
-    case Op::RmsNorm:
-      source.text = assemble(spec, source.entry, render_rms_norm_constants(spec),
-                             {"numerics.cuh", "vector_io.cuh", "quad_io.cuh", "row_sum.cuh", "error_record.cuh", "rms_norm.cuh"});
-      break;
-    case Op::TimestepSinusoid:
-      source.text = assemble(spec, source.entry, render_sinusoid_constants(spec),
-                             {"numerics.cuh", "error_record.cuh", "timestep_sinusoid.cuh"});
-      break;
-    case Op::DetLinear:
-      source.text = assemble(spec, source.entry, render_det_linear_constants(spec),
-                             {"numerics.cuh", "error_record.cuh",
-                              spec.dtype == DType::F32 ? "det_linear_fp32.cuh" : "det_linear_bf16.cuh"});
-      break;
-    case Op::DetLinearInputGrad:
-    case Op::DetLinearWeightGrad:
-      source.text = assemble(spec, source.entry, render_det_linear_constants(spec),
-                             {"numerics.cuh", "error_record.cuh", "det_linear_grad.cuh"});
-      break;
-    case Op::GateResidualBackward:
-      source.text = assemble(spec, source.entry, render_backward_constants(spec),
-                             {"numerics.cuh", "vector_io.cuh", "error_record.cuh", "segment_tiles.cuh",
-                              "gate_residual_backward.cuh"});
-      break;
-    case Op::AdalnRowGatherBackward:
-      source.text = assemble(spec, source.entry, render_backward_constants(spec),
-                             {"numerics.cuh", "vector_io.cuh", "error_record.cuh", "segment_tiles.cuh",
-                              "adaln_row_gather_backward.cuh"});
-      break;
-    case Op::RmsNormBackward:
-      source.text = assemble(spec, source.entry, render_backward_constants(spec),
-                             {"numerics.cuh", "vector_io.cuh", "quad_io.cuh", "row_sum.cuh", "error_record.cuh",
-                              "rms_norm_backward.cuh"});
-      break;
-    case Op::RmsNormTableGrad:
-    case Op::RmsNormWeightGrad:
-      source.text = assemble(spec, source.entry, render_backward_constants(spec),
-                             {"numerics.cuh", "vector_io.cuh", "quad_io.cuh", "error_record.cuh", "segment_tiles.cuh",
-                              "rms_norm_param_grad.cuh"});
-      break;
-    case Op::TimestepSinusoidBackward:
-      source.text = assemble(spec, source.entry, render_backward_constants(spec),
-                             {"numerics.cuh", "row_sum.cuh", "error_record.cuh", "timestep_sinusoid_backward.cuh"});
-      break;
-    case Op::SegmentCount:
-      source.text = assemble(spec, source.entry, render_backward_constants(spec),
-                             {"numerics.cuh", "vector_io.cuh", "error_record.cuh", "segment_count.cuh"});
-      break;
-    case Op::SegmentScan:
-      source.text = assemble(spec, source.entry, render_backward_constants(spec),
-                             {"numerics.cuh", "error_record.cuh", "segment_scan.cuh"});
-      break;
-    case Op::SegmentScatter:
-      source.text = assemble(spec, source.entry, render_backward_constants(spec),
-                             {"numerics.cuh", "error_record.cuh", "segment_scatter.cuh"});
-      break;
-    case Op::SegmentFold:
-      source.text = assemble(spec, source.entry, render_backward_constants(spec),
-                             {"numerics.cuh", "vector_io.cuh", "error_record.cuh", "segment_fold.cuh"});
-      break;
-  }
+  std::vector<std::string_view> templates(std::begin(kPrelude), std::end(kPrelude));
+  for (std::string_view name : op_templates(spec)) templates.push_back(name);
+  source.text = assemble(spec, source.entry, op_constants(spec), templates);
   source.options = nvrtc_options(spec.target);
   return source;
 }

@@ -7,6 +7,7 @@
 #include "codegen/kernel_source.hpp"
 
 #include <string_view>
+#include <vector>
 
 namespace exactjit::codegen {
 
@@ -35,10 +36,5 @@ std::string render_det_linear_constants(const KernelSpec& spec);
 
 /// timestep_sinusoid: the channel count is its only specialisation.
 std::string render_sinusoid_constants(const KernelSpec& spec);
-
-/// The common frame of every generated file: banner, entry macro, the op's constants, then the
-/// named templates in order.
-std::string assemble(const KernelSpec& spec, const std::string& entry, const std::string& constants,
-                     std::initializer_list<std::string_view> template_names);
 
 }  // namespace exactjit::codegen

@@ -26,8 +26,8 @@ from ._runtime import Runtime
 __all__ = [
     "BadIndexError", "CacheIOError", "CompileError", "CudaError", "Error", "InternalError",
     "InvalidArgumentError", "OfflineMissError", "Runtime", "Status", "UnavailableError",
-    "adaln_row_gather", "det_linear", "gate_residual", "rms_norm", "timestep_sinusoid", "library_path", "runtime",
-    "synchronize", "version",
+    "adaln_projection", "adaln_row_gather", "det_linear", "gate_residual", "rms_norm", "timestep_sinusoid", "library_path", "runtime",
+    "synchronize", "timestep_mlp", "version",
 ]
 
 _default_runtime = None
@@ -84,8 +84,18 @@ def timestep_sinusoid(t, num_channels=256, max_period=10000, flip_sin_to_cos=Tru
 
 
 def det_linear(x, weight, bias=None, *, silu=False, return_pre_activation=False):
-    """act(x @ weight.T + bias), batch-invariant and repeatable; see Runtime.det_linear (forward only)."""
+    """act(x @ weight.T + bias), batch-invariant and repeatable; see Runtime.det_linear."""
     return runtime().det_linear(x, weight, bias, silu=silu, return_pre_activation=return_pre_activation)
+
+
+def timestep_mlp(features, w1, b1, w2, b2):
+    """linear_2(SiLU(linear_1(features))), fp32, batch-invariant; see Runtime.timestep_mlp."""
+    return runtime().timestep_mlp(features, w1, b1, w2, b2)
+
+
+def adaln_projection(temb, weight, bias):
+    """The AdaLN table from temb with bf16 weights on tensor cores; see Runtime.adaln_projection."""
+    return runtime().adaln_projection(temb, weight, bias)
 
 
 def synchronize(device=None, stream=None):

@@ -11,6 +11,7 @@ What each Function saves, and why (nothing else is kept alive by the graph):
                     backward reuses it instead of recomputing); the shift is not needed.
   AdalnRowGather    the two index tensors and R (the table's row count and dtype, not the table).
   TimestepSinusoid  t and the parameters.
+  DetLinear         x, weight and the fp32 pre-activation (the SiLU's derivative needs it).
 
 Gradients into AdaLN tables: the ops take views such as `table.view(3T, 6H)[:, 2H:3H]`; a
 backward returns a dense (R, H) gradient for that view and autograd's own view backward scatters
@@ -126,3 +127,29 @@ class TimestepSinusoid(Function):
         if d_t.dtype != t.dtype:
             d_t = d_t.to(t.dtype)
         return (None, d_t) + (None,) * 6
+
+
+class DetLinear(Function):
+    """(out, pre_activation) = det_linear(x, weight, bias, silu) with float32 weights; the
+    pre-activation is not differentiable. Inputs: (runtime, x, weight, bias, silu)."""
+
+    @staticmethod
+    def forward(ctx, rt, x, weight, bias, silu):
+        out, pre = rt._det_linear(x, weight, bias, silu, True)
+        ctx.rt = rt
+        ctx.silu = silu
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(x, weight, pre)
+        ctx.mark_non_differentiable(pre)
+        return out, pre
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad, _grad_pre):
+        _, need_x, need_weight, need_bias, _ = ctx.needs_input_grad
+        if not (need_x or need_weight or need_bias):
+            return None, None, None, None, None
+        x, weight, pre = ctx.saved_tensors
+        d_x, d_w, d_b = ctx.rt.det_linear_backward(grad, x, weight, pre, silu=ctx.silu, need_input=need_x,
+                                                   need_weight=need_weight, need_bias=need_bias and ctx.has_bias)
+        return None, d_x, d_w, d_b, None

@@ -345,22 +345,70 @@ class Runtime:
         float32 (fma chains; silu applies SiLU to the output; out float32) or bfloat16 (tensor-core
         mma; silu applies SiLU to x before its bf16 cast, as the AdaLN projection does; out
         bfloat16). bias (N,) in the weight's dtype or None. With return_pre_activation, also the
-        float32 x @ weight.T + bias. Forward only for now: no autograd."""
+        float32 x @ weight.T + bias. Differentiable for float32 weights with T <= 8 (the bf16
+        backward is not built yet: asking for its gradients raises NotImplementedError)."""
         torch = _import_torch()
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
+            if weight.dtype != torch.float32:
+                raise NotImplementedError("det_linear: gradients through bfloat16 weights are not built yet")
+            out, pre = _autograd().DetLinear.apply(self, x, weight, bias, bool(silu))
+            return (out, pre.detach()) if return_pre_activation else out
+        out, pre = self._det_linear(x, weight, bias, silu, return_pre_activation)
+        return (out, pre) if return_pre_activation else out
+
+    def _det_linear(self, x, weight, bias, silu, with_pre_activation):
+        """The forward alone: (out, pre_activation or None)."""
+        torch = _torch
         x = x.float().contiguous()
         out = torch.empty((x.shape[0], weight.shape[0]), dtype=weight.dtype, device=x.device)
         pre = (torch.empty((x.shape[0], weight.shape[0]), dtype=torch.float32, device=x.device)
-               if return_pre_activation else None)
+               if with_pre_activation else None)
         names = ("x", "weight", "bias", "out", "pre_activation")
         present = [(n, t) for n, t in zip(names, (x, weight, bias, out, pre)) if t is not None]
         stream = _current_stream(x.get_device()) if x.is_cuda else None
         packed, addresses = pack(torch, "det_linear", [n for n, _ in present], [t for _, t in present])
         by_name = dict(zip((n for n, _ in present), addresses))
-        status = _lib.lib.xj_det_linear(self._live(), *(by_name.get(n) for n in names), int(bool(silu)),
-                                        stream)
+        status = _lib.lib.xj_det_linear(self._live(), *(by_name.get(n) for n in names), int(bool(silu)), stream)
         del packed
         _lib.check(status, "xj_det_linear")
-        return (out, pre) if return_pre_activation else out
+        return out, pre
+
+    def det_linear_backward(self, grad, x, weight, pre_activation=None, *, silu=False, need_input=True,
+                            need_weight=True, need_bias=True):
+        """Gradients of det_linear with float32 weights, T <= 8: (d_input, d_weight, d_bias), each
+        None when not asked for. d_input in fixed 64-output chunks folded in order, d_weight and
+        d_bias as chains over the rows; pre_activation (the forward's) is required with silu."""
+        torch = _import_torch()
+        op = "det_linear_backward"
+        grad = grad.float().contiguous()
+        rows, in_features, out_features = x.shape[0], x.shape[1], weight.shape[0]
+        d_input = torch.empty_like(x, dtype=torch.float32) if need_input else None
+        d_weight = torch.empty_like(weight, dtype=torch.float32) if need_weight else None
+        d_bias = torch.empty((out_features,), dtype=torch.float32, device=x.device) if need_bias else None
+        workspace = (_workspace(torch, op, "xj_det_linear_backward_workspace_bytes", x.device, rows=rows,
+                                in_features=in_features, out_features=out_features) if need_input else None)
+        names = ("grad", "pre_activation", "x", "weight", "d_input", "d_weight", "d_bias", "workspace")
+        values = (grad, pre_activation, x, weight, d_input, d_weight, d_bias, workspace)
+        present = [(n, t) for n, t in zip(names, values) if t is not None]
+        stream = _current_stream(x.get_device()) if x.is_cuda else None
+        packed, addresses = pack(torch, op, [n for n, _ in present], [t for _, t in present])
+        by_name = dict(zip((n for n, _ in present), addresses))
+        status = _lib.lib.xj_det_linear_backward(self._live(), *(by_name.get(n) for n in names), int(bool(silu)),
+                                                 stream)
+        del packed
+        _lib.check(status, "xj_det_linear_backward")
+        return d_input, d_weight, d_bias
+
+    def timestep_mlp(self, features, w1, b1, w2, b2):
+        """The timestep MLP, all fp32: det_linear(features, w1, b1) with SiLU, then
+        det_linear(., w2, b2) (256 -> 5376 -> 2688 for H3). Differentiable."""
+        return self.det_linear(self.det_linear(features, w1, b1, silu=True), w2, b2)
+
+    def adaln_projection(self, temb, weight, bias):
+        """The AdaLN table rT(silu(temb)) @ weight.T + bias with bfloat16 weights on tensor cores
+        (the SiLU and the cast fused into the GEMV): (T, 18H) for a block, (T, 2H) for the final
+        norm. Forward only for now."""
+        return self.det_linear(temb, weight, bias, silu=True)
 
     # Backward passes (NUMERICS.md): deterministic, no host synchronisation, CUDA-graph safe. Each
     # launches on torch's current stream of the tensors' device and returns at once; a bad index

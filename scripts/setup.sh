@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake ninja-build g++ llvm-14-dev libgtest-dev libfmt-dev libdlpack-dev python3)
+packages=(cmake ninja-build g++ llvm-14-dev libgtest-dev libbenchmark-dev libfmt-dev libdlpack-dev python3)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -12,6 +12,7 @@
 #include "kernels/gate_residual.hpp"
 #include "runtime/content_key.hpp"
 #include "runtime/kernel_cache.hpp"
+#include "tests/support/fake_tensor.hpp"
 
 #include <benchmark/benchmark.h>
 #include <dlpack/dlpack.h>
@@ -41,26 +42,11 @@ void BM_RenderAndSourceKey(benchmark::State& state) {
 }
 BENCHMARK(BM_RenderAndSourceKey);
 
-// A DLTensor on a fake device address (planning touches no memory).
-struct Fake {
-  std::vector<int64_t> shape, strides;
-  DLTensor t{};
-  Fake(uint64_t address, std::vector<int64_t> dims, DLDataType dtype, std::vector<int64_t> stride = {})
-      : shape(std::move(dims)), strides(std::move(stride)) {
-    t.data = reinterpret_cast<void*>(address);
-    t.device = {kDLCUDA, 0};
-    t.ndim = static_cast<int>(shape.size());
-    t.dtype = dtype;
-    t.shape = shape.data();
-    t.strides = strides.empty() ? nullptr : strides.data();
-  }
-};
-
 void BM_PlanGateResidual(benchmark::State& state) {
-  constexpr DLDataType bf16{kDLBfloat, 16, 1}, i64{kDLInt, 64, 1};
+  using test::FakeTensor, test::GiB, test::kBF16, test::kI64;  // planning touches no memory
   const int64_t h = kDefaultHidden, s = 131072;
-  Fake residual(1ull << 30, {1, s, h}, bf16), y(2ull << 30, {1, s, h}, bf16), out(3ull << 30, {1, s, h}, bf16);
-  Fake gate((4ull << 30) + 2 * h * 2, {9, h}, bf16, {6 * h, 1}), index(5ull << 30, {s}, i64);
+  FakeTensor residual(1 * GiB, {1, s, h}, kBF16), y(2 * GiB, {1, s, h}, kBF16), out(3 * GiB, {1, s, h}, kBF16);
+  FakeTensor gate(4 * GiB + 2 * h * 2, {9, h}, kBF16, {6 * h, 1}), index(5 * GiB, {s}, kI64);
   for (auto _ : state) benchmark::DoNotOptimize(plan_gate_residual({residual.t, gate.t, index.t, y.t, out.t}));
 }
 BENCHMARK(BM_PlanGateResidual);

@@ -32,5 +32,6 @@ int run_inspect();
 int run_cache();
 int run_info();
 int run_selftest();
+int run_bench();
 
 }  // namespace exactjit::cli

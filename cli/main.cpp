@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
       "  exactjit inspect [spec flags] --emit source|options|key|ptx|sass|manifest\n"
       "  exactjit cache ls|stat|verify|prune|clear\n"
       "  exactjit info\n"
-      "  exactjit selftest [--device N]\n\n"
+      "  exactjit selftest [--device N]\n"
+      "  exactjit bench [--out DIR] [--sizes S,...]   (GPU machine: reports + plots vs eager/compile)\n\n"
       "Environment: EXACTJIT_CACHE_DIR, EXACTJIT_CACHE_PATH, EXACTJIT_OFFLINE, EXACTJIT_NVRTC_LIBRARY.\n"
       "Exit codes: 0 success, 1 failure, 2 usage error.\n",
       &error_stream);
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   if (cache_command) return run_cache();
   if (info_command) return run_info();
   if (selftest_command) return run_selftest();
+  if (bench_command) return run_bench();
   fmt::print(stderr, "exactjit: error: no subcommand given. Run 'exactjit --help' for usage.\n");
   return kExitUsage;
 }

@@ -11,6 +11,7 @@ cl::SubCommand inspect_command("inspect", "Show one kernel: its source, options,
 cl::SubCommand cache_command("cache", "Manage the cache: ls | stat | verify | prune | clear");
 cl::SubCommand info_command("info", "Show NVRTC, driver, GPU and cache directories");
 cl::SubCommand selftest_command("selftest", "Run every catalog op on the GPU against the host model, bitwise");
+cl::SubCommand bench_command("bench", "Benchmark every op against eager and torch.compile on this GPU: reports and plots");
 
 #define XJ_SPEC_SUBS cl::sub(prewarm_command), cl::sub(inspect_command)
 cl::opt<std::string> op_flag("op", cl::desc("Op: gate_residual | adaln_row_gather | rms_norm | timestep_sinusoid"), cl::value_desc("name"), XJ_SPEC_SUBS,
@@ -60,6 +61,12 @@ cl::opt<std::string> policy_flag("policy",
                                  cl::value_desc("policy"), cl::init("prune_after=720h:cache_size_bytes=2g"),
                                  cl::sub(cache_command), cl::cat(category));
 
+cl::opt<std::string> bench_out_flag("out", cl::desc("bench: folder for the reports and plots"), cl::value_desc("dir"),
+                                    cl::init("bench-report"), cl::sub(bench_command), cl::cat(category));
+cl::opt<std::string> bench_dir_flag("bench-dir", cl::desc("bench: the checkout's bench/ folder (default: this build's)"),
+                                    cl::value_desc("dir"), cl::sub(bench_command), cl::cat(category));
+cl::opt<std::string> bench_sizes_flag("sizes", cl::desc("bench: comma-separated S (default 4097,32768,131072)"),
+                                      cl::value_desc("S,..."), cl::sub(bench_command), cl::cat(category));
 cl::opt<int> device_flag("device", cl::desc("CUDA device ordinal (default 0)"), cl::init(0),
                          cl::sub(selftest_command), cl::cat(category));
 

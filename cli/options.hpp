@@ -14,6 +14,10 @@ extern llvm::cl::SubCommand inspect_command;
 extern llvm::cl::SubCommand cache_command;
 extern llvm::cl::SubCommand info_command;
 extern llvm::cl::SubCommand selftest_command;
+extern llvm::cl::SubCommand bench_command;
+extern llvm::cl::opt<std::string> bench_out_flag;    // bench
+extern llvm::cl::opt<std::string> bench_dir_flag;    // bench
+extern llvm::cl::opt<std::string> bench_sizes_flag;  // bench
 
 // Spec flags (prewarm, inspect).
 extern llvm::cl::opt<std::string> op_flag;

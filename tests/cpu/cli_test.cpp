@@ -175,5 +175,15 @@ TEST(Cli, SelftestWithoutGpuSaysSoAndFails) {
   EXPECT_NE(result.err.find("needs a CUDA driver and a GPU"), std::string::npos) << result.err;
 }
 
+TEST(Cli, BenchWithoutGpuSaysSoAndFails) {
+  Cli cli;
+  const auto result = cli.run({"bench", "--out", cli.cache / "report"}, {"EXACTJIT_CUDA_LIBRARY=/nonexistent/libcuda.so.1"});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find("no CUDA driver or GPU here"), std::string::npos) << result.err;
+  const auto help = cli.run({"bench", "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("--sizes"), std::string::npos) << help.out;
+}
+
 }  // namespace
 }  // namespace exactjit

@@ -6,6 +6,7 @@
 #include "codegen/kernel_spec.hpp"
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 namespace exactjit {
@@ -21,7 +22,10 @@ struct LaunchPlan {
   uint64_t params[kMaxParams + 1] = {};  ///< pointers and 64-bit integers, in kernel order
   int param_count = 0;
 
-  void push(uint64_t value) { params[param_count++] = value; }
+  void push(uint64_t value) {
+    if (param_count == kMaxParams) std::abort();  // a planner pushing too much is a bug in this library
+    params[param_count++] = value;
+  }
   /// A 32-bit float parameter: the driver reads its 4 bytes from the start of the slot.
   void push_float(float value) {
     uint32_t bits;
@@ -39,6 +43,7 @@ struct LaunchSequence {
   int count = 0;
 
   LaunchPlan& add(const KernelSpec& spec, int device_id, uint32_t grid, uint32_t threads) {
+    if (count == kMaxSteps) std::abort();  // as push(): a bug in this library, not bad input
     LaunchPlan& plan = steps[count++];
     plan.spec = spec;
     plan.device_id = device_id;

@@ -3,6 +3,11 @@
 // wrapping addresses, foreign dtypes and devices), either plans a launch or refuses with
 // InvalidArgument — it never crashes, overflows or returns another kind of error.
 #include "kernels/adaln_row_gather.hpp"
+#include "kernels/adaln_row_gather_backward.hpp"
+#include "kernels/det_linear.hpp"
+#include "kernels/det_linear_backward.hpp"
+#include "kernels/gate_residual_backward.hpp"
+#include "kernels/rms_norm_backward.hpp"
 #include "kernels/gate_residual.hpp"
 #include "kernels/rms_norm.hpp"
 #include "kernels/timestep_sinusoid.hpp"
@@ -81,6 +86,60 @@ TEST(ValidationFuzz, PlannersNeverCrashOnGarbage) {
     }
   }
   RecordProperty("planned", planned);  // random garbage is almost always refused; that is the point
+}
+
+void expect_planned_or_invalid(llvm::Expected<LaunchSequence> sequence, int iteration) {
+  if (sequence) {
+    EXPECT_LE(sequence->count, LaunchSequence::kMaxSteps) << iteration;
+    for (int k = 0; k < sequence->count; ++k) {
+      EXPECT_LE(sequence->steps[k].param_count, LaunchPlan::kMaxParams) << iteration;
+      EXPECT_GT(sequence->steps[k].threads, 0u) << iteration;
+      EXPECT_GT(sequence->steps[k].grid_y, 0u) << iteration;
+    }
+    return;
+  }
+  const ErrorReport report = take_error(sequence.takeError());
+  EXPECT_EQ(report.code, ErrorCode::InvalidArgument) << iteration << ": " << report.message;
+  EXPECT_FALSE(report.message.empty());
+}
+
+TEST(ValidationFuzz, BackwardAndDetLinearPlannersNeverCrashOnGarbage) {
+  std::mt19937_64 rng(20261203);
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<RandomTensor> t;
+    for (int k = 0; k < 11; ++k) t.emplace_back(rng);
+    const bool flag = rng() % 2 == 0;
+    switch (i % 6) {
+      case 0:
+        expect_planned_or_invalid(plan_gate_residual_backward({t[0].get(), t[1].get(), t[2].get(), t[3].get(),
+                                                               t[4].maybe(rng), t[5].maybe(rng), t[6].maybe(rng)}),
+                                  i);
+        break;
+      case 1:
+        expect_planned_or_invalid(
+            plan_rms_norm_backward({t[0].get(), t[1].get(), t[2].maybe(rng), t[3].maybe(rng), t[4].maybe(rng),
+                                    t[5].get(), t[6].maybe(rng), t[7].maybe(rng), t[8].maybe(rng), t[9].maybe(rng),
+                                    t[10].maybe(rng)}),
+            i);
+        break;
+      case 2:
+        expect_planned_or_invalid(
+            plan_adaln_row_gather_backward({t[0].get(), t[1].get(), t[2].get(), t[3].get(), t[4].maybe(rng)}), i);
+        break;
+      case 3:
+        expect_planned_or_invalid(plan_timestep_sinusoid_backward({t[0].get(), t[1].get(), t[2].get(), SinusoidParams{}}), i);
+        break;
+      case 4:
+        expect_planned_or_invalid(plan_det_linear({t[0].get(), t[1].get(), t[2].maybe(rng), t[3].get(), t[4].maybe(rng), flag}), i);
+        break;
+      case 5:
+        expect_planned_or_invalid(plan_det_linear_backward({t[0].get(), t[1].maybe(rng), t[2].get(), t[3].get(),
+                                                            t[4].maybe(rng), t[5].maybe(rng), t[6].maybe(rng),
+                                                            t[7].maybe(rng), flag}),
+                                  i);
+        break;
+    }
+  }
 }
 
 }  // namespace

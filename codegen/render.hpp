@@ -19,6 +19,9 @@ KernelSource render(const KernelSpec& spec);
 /// The readable, unique entry-point name: <stem>_<8 hex of SHA-256(generator, spec)>.
 std::string entry_name(const KernelSpec& spec);
 
+/// The constants every spec has (op code, dtype, index width, H, table stride, vector width).
+std::string render_spec_constants(const KernelSpec& spec);
+
 /// The constant block of the row-wise ops (gate_residual, adaln_row_gather).
 std::string render_row_constants(const KernelSpec& spec);
 

@@ -10,28 +10,19 @@
 namespace exactjit::codegen {
 
 std::string render_backward_constants(const KernelSpec& spec) {
-  return fmt::format(
-      "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
-      "constexpr int kDType = {dtype};  // {dtype_name}\n"
-      "constexpr int kIndexBytes = {index_bytes};  // {index_name}\n"
-      "constexpr int kHidden = {hidden};\n"
-      "constexpr long long kTableStride = {table_stride};\n"
-      "constexpr int kVec = {vec};\n"
-      "constexpr bool kWeighted = {weighted};\n"
-      "constexpr bool kSegmented = {segmented};  // rms_norm parameter grads: table rows (segment tiles)\n"
-      "constexpr int kThreads = {threads};\n"
-      "constexpr long long kTilePositions = {tile};\n"
-      "constexpr long long kChunkPositions = {chunk};\n"
-      "constexpr int kMaxTableRows = {max_rows};\n"
-      "constexpr int kTargetArch = {arch};\n",
-      fmt::arg("op_code", static_cast<int>(spec.op) + 1), fmt::arg("dtype", static_cast<int>(spec.dtype)),
-      fmt::arg("dtype_name", dtype_name(spec.dtype)), fmt::arg("index_bytes", spec.index == IndexType::I32 ? 4 : 8),
-      fmt::arg("index_name", index_type_name(spec.index)), fmt::arg("hidden", spec.hidden),
-      fmt::arg("table_stride", spec.table_stride), fmt::arg("vec", spec.vec),
-      fmt::arg("weighted", spec.weighted ? "true" : "false"),
-      fmt::arg("segmented", spec.op == Op::RmsNormTableGrad ? "true" : "false"),
-      fmt::arg("threads", backward_threads(spec)), fmt::arg("tile", kTilePositions), fmt::arg("chunk", kChunkPositions),
-      fmt::arg("max_rows", kMaxPlanTableRows), fmt::arg("arch", spec.target.sm));
+  return render_spec_constants(spec) +
+         fmt::format(
+             "constexpr bool kWeighted = {weighted};\n"
+             "constexpr bool kSegmented = {segmented};  // rms_norm parameter grads: table rows (segment tiles)\n"
+             "constexpr int kThreads = {threads};\n"
+             "constexpr long long kTilePositions = {tile};\n"
+             "constexpr long long kChunkPositions = {chunk};\n"
+             "constexpr int kMaxTableRows = {max_rows};\n"
+             "constexpr int kTargetArch = {arch};\n",
+             fmt::arg("weighted", spec.weighted ? "true" : "false"),
+             fmt::arg("segmented", spec.op == Op::RmsNormTableGrad ? "true" : "false"),
+             fmt::arg("threads", backward_threads(spec)), fmt::arg("tile", kTilePositions),
+             fmt::arg("chunk", kChunkPositions), fmt::arg("max_rows", kMaxPlanTableRows), fmt::arg("arch", spec.target.sm));
 }
 
 std::string render_det_linear_constants(const KernelSpec& spec) {

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""det_linear benchmarks (GPU machine): the timestep MLP (fp32, 256 -> 5376 + SiLU -> 2688) and the
+AdaLN projections (bf16 weights, SiLU(temb) -> 18H and -> 2H) against cuBLAS through eager
+F.linear, at T = 3. Per row: median ms (CUDA events, bench_forward.Timer), weight bytes streamed /
+time as GB/s and % of the measured copy bandwidth, whether a row's bits are the same at T = 1 and
+T = 3 (exactjit's contract), and the rel-L2 error of both against an fp64 reference.
+
+  python3 bench/bench_det_linear.py [--report det_linear.md] [--json det_linear.json]
+"""
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from bench_forward import (Timer, add_speedups, add_timing, finish, git_commit, log,  # noqa: E402
+                           measure_copy)
+
+H, D, C, T = 5376, 2688, 256, 3
+TARGETS_MS = {"adaln projection": 0.145, "timestep mlp": 0.04}
+
+
+def rel_l2(got, ref):
+    return float((got.double() - ref).norm() / ref.norm().clamp_min(1e-300))
+
+
+def cases(gen):
+    """(name, make_inputs, exactjit call, eager call, fp64 reference, weight bytes)."""
+    def mlp_inputs():
+        sets = []
+        for _ in range(4):  # 4 x 63 MB of weights: more than L2
+            w1 = torch.randn(2 * D, C, generator=gen, device="cuda") / C ** 0.5
+            w2 = torch.randn(D, 2 * D, generator=gen, device="cuda") / (2 * D) ** 0.5
+            b1 = torch.randn(2 * D, generator=gen, device="cuda") * 0.1
+            b2 = torch.randn(D, generator=gen, device="cuda") * 0.1
+            sets.append((torch.randn(T, C, generator=gen, device="cuda"), w1, b1, w2, b2))
+        return sets
+
+    def projection_inputs(n):
+        def make():
+            w = (torch.randn(n, D, generator=gen, device="cuda") / D ** 0.5).to(torch.bfloat16)
+            b = (torch.randn(n, generator=gen, device="cuda") * 0.1).to(torch.bfloat16)
+            return [(torch.randn(T, D, generator=gen, device="cuda"), w, b)]
+        return make
+
+    def mlp_eager(x, w1, b1, w2, b2):
+        return F.linear(F.silu(F.linear(x, w1, b1)), w2, b2)
+
+    def mlp_fp64(x, w1, b1, w2, b2):
+        return mlp_eager(x.double(), w1.double(), b1.double(), w2.double(), b2.double())
+
+    def projection_eager(temb, w, b):
+        return F.linear(F.silu(temb).to(torch.bfloat16), w, b)
+
+    def projection_fp64(temb, w, b):
+        return F.linear(F.silu(temb).to(torch.bfloat16).double(), w.double(), b.double())
+
+    mlp_bytes = 4 * (2 * D * C + D * 2 * D + 2 * D + D)
+    return [
+        ("timestep mlp", mlp_inputs, lambda xj: xj.timestep_mlp, mlp_eager, mlp_fp64, mlp_bytes),
+        ("adaln projection", projection_inputs(18 * H), lambda xj: xj.adaln_projection, projection_eager,
+         projection_fp64, 2 * 18 * H * D),
+        ("final projection", projection_inputs(2 * H), lambda xj: xj.adaln_projection, projection_eager,
+         projection_fp64, 2 * 2 * H * D),
+    ]
+
+
+def bench(timer, xj, copy_gbs, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    rows = []
+    for name, make_inputs, ours_of, eager, fp64, nbytes in cases(gen):
+        sets = make_inputs()
+        ref = fp64(*sets[0])
+        impls = [("cuBLAS (eager)", eager)] + ([("exactjit", ours_of(xj))] if xj is not None else [])
+        case_rows = []
+        for impl, fn in impls:
+            row = dict(op=name, impl=impl, T=T, bytes=nbytes, floor_ms=nbytes / (copy_gbs * 1e9) * 1e3)
+            try:
+                ms, host_us, inner = timer.median_ms(fn, sets)
+                add_timing(row, ms, host_us, inner, nbytes, copy_gbs)
+                out = fn(*sets[0])
+                row["rel_l2_vs_fp64"] = rel_l2(out, ref)
+                first = (sets[0][0][:1],) + tuple(sets[0][1:])
+                row["row_invariant"] = bool(torch.equal(fn(*first)[0], out[0]))
+                if impl == "exactjit":
+                    row["repeatable"] = bool(torch.equal(fn(*sets[0]), out))
+                    row["target_ms"] = TARGETS_MS.get(name)
+            except Exception as e:  # report, keep going
+                row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            case_rows.append(row)
+            log(f"  {name:<18} {impl:<15} " + (f"{row['ms']:.4f} ms {row['pct_copy']:5.1f}% copy"
+                                                 if "ms" in row else f"ERROR {row['error']}"))
+        add_speedups(case_rows, "impl", [("cuBLAS (eager)", "vs_cublas")])
+        rows += case_rows
+        del sets
+        torch.cuda.empty_cache()
+    return rows
+
+
+def markdown(meta, rows):
+    lines = ["# det_linear: exactjit vs cuBLAS (eager F.linear), T = 3", "",
+             *(f"- {k}: {v}" for k, v in meta.items()),
+             "- bytes = the weights and biases streamed once; floor = bytes / copy bandwidth; row invariant = "
+             "row 0's bits equal at T = 1 and T = 3; rel-L2 against an fp64 reference of the same inputs", "",
+             "| op | impl | median ms | GB/s | % copy BW | floor ms | vs cuBLAS | row invariant | repeatable | "
+             "rel-L2 vs fp64 | target |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "ms" not in r:
+            lines.append(f"| {r['op']} | {r['impl']} | error: {r['error'].replace('|', '/')} | | | | | | | | |")
+            continue
+        target = r.get("target_ms")
+        verdict = "" if target is None else f"<= {target} ms: {'met' if r['ms'] <= target else 'NOT met'}"
+        lines.append(f"| {r['op']} | {r['impl']} | {r['ms']:.4f} | {r['gbs']:.0f} | {r['pct_copy']:.1f} | "
+                     f"{r['floor_ms']:.4f} | {r.get('vs_cublas', float('nan')):.2f}x | "
+                     f"{'yes' if r['row_invariant'] else 'NO'} | {r.get('repeatable', '')} | "
+                     f"{r['rel_l2_vs_fp64']:.3g} | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--reps", type=int, default=50, help="timed batches per implementation (median)")
+    p.add_argument("--seed", type=int, default=2688)
+    p.add_argument("--report", help="markdown report path")
+    p.add_argument("--json", help="JSON report path")
+    args = p.parse_args()
+    t_start = time.perf_counter()
+    meta = dict(commit=git_commit(), torch=torch.__version__, device=torch.cuda.get_device_name(), T=T, H=H,
+                D=D, reps=args.reps)
+    xj = None
+    try:
+        import exactjit as xj
+        meta.update(exactjit=xj.version(), library=xj.library_path())
+    except Exception as e:
+        meta["exactjit"] = f"unavailable: {type(e).__name__}: {e}"
+    with torch.no_grad():
+        timer = Timer(args.reps)
+        copy_gbs = measure_copy(timer, meta)
+        rows = bench(timer, xj, copy_gbs, args.seed)
+    meta["seconds"] = round(time.perf_counter() - t_start, 1)
+    return finish(args, meta, rows, markdown(meta, rows), xj, copy_gbs=copy_gbs)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

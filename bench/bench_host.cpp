@@ -4,14 +4,21 @@
 //   - the spec -> function lookup (every call; the hot path's map)
 //   - a kernel-cache memory hit, alone and under contention (single flight)
 //   - a disk hit: a fresh KernelCache finding the compiled kernel on disk (NVRTC not loaded)
-// The dispatch comparison against a bare cuLaunchKernel needs a GPU (tests/gpu, bench campaign).
+//   - with a GPU: a cached gate_residual call (S = 1) through the C++ API and through the C ABI
+//     against a bare cuLaunchKernel of the same cubin (the difference is exactjit's dispatch)
 //
 //   bench_host [--benchmark_filter=...] [--benchmark_format=json]
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
 #include "kernels/gate_residual.hpp"
 #include "runtime/content_key.hpp"
+#include "exactjit/exactjit.h"
+#include "exactjit/exactjit.hpp"
+#include "runtime/device_buffer.hpp"
+#include "runtime/device_errors.hpp"
+#include "runtime/driver.hpp"
 #include "runtime/kernel_cache.hpp"
+#include "runtime/module_table.hpp"
 #include "tests/support/fake_tensor.hpp"
 
 #include <benchmark/benchmark.h>
@@ -106,7 +113,136 @@ void BM_DiskHitFreshCache(benchmark::State& state) {
 }
 BENCHMARK(BM_DiskHitFreshCache)->Unit(benchmark::kMicrosecond);
 
+// --- dispatch on a GPU: the same S = 1 gate_residual launch three ways ----------------------
+
+struct DispatchSetup {
+  const Driver* cu = nullptr;
+  CUcontext context = nullptr;
+  std::vector<DeviceBuffer> buffers;  // residual, y, out, table, index
+  int64_t act_shape[2] = {1, kDefaultHidden}, table_shape[2] = {9, kDefaultHidden};
+  int64_t table_strides[2] = {6 * kDefaultHidden, 1}, index_shape[1] = {1};
+  DLTensor residual{}, y{}, out{}, gate{}, index{};
+  Runtime runtime;
+  xj_runtime* c_runtime = nullptr;
+  LaunchPlan plan;
+  CUfunction function = nullptr;
+  CUdeviceptr errors = 0;
+  std::unique_ptr<ModuleTable> modules;
+};
+
+DispatchSetup& dispatch_setup() {
+  static DispatchSetup* setup = [] {
+    auto* d = new DispatchSetup;
+    auto fail = [](llvm::Error err) {
+      fmt::print(stderr, "bench_host: {}\n", llvm::toString(std::move(err)));
+      std::exit(1);
+    };
+    d->cu = *Driver::get();
+    auto context = primary_context(*d->cu, 0);
+    if (!context) fail(context.takeError());
+    d->context = *context;
+    const size_t act = kDefaultHidden * 2, table = 9 * 6 * kDefaultHidden * 2;
+    for (size_t bytes : {act, act, act, table, size_t{8}}) {
+      auto buffer = DeviceBuffer::allocate(*d->cu, d->context, bytes);
+      if (!buffer) fail(buffer.takeError());
+      if (auto err = buffer->fill(0)) fail(std::move(err));
+      d->buffers.push_back(std::move(*buffer));
+    }
+    auto tensor = [&](int k, int64_t* shape, int64_t* strides, DLDataType dtype) {
+      DLTensor t{};
+      t.data = reinterpret_cast<void*>(d->buffers[k].address());
+      t.device = {kDLCUDA, 0};
+      t.ndim = 2;
+      t.shape = shape;
+      t.strides = strides;
+      t.dtype = dtype;
+      return t;
+    };
+    d->residual = tensor(0, d->act_shape, nullptr, test::kBF16);
+    d->y = tensor(1, d->act_shape, nullptr, test::kBF16);
+    d->out = tensor(2, d->act_shape, nullptr, test::kBF16);
+    d->gate = tensor(3, d->table_shape, d->table_strides, test::kBF16);
+    d->index = tensor(4, d->index_shape, nullptr, test::kI64);
+    d->index.ndim = 1;
+    if (xj_runtime_create(nullptr, &d->c_runtime) != XJ_OK) fail(llvm::createStringError(llvm::inconvertibleErrorCode(), xj_last_error()));
+    // The bare launch: the same cubin, module and parameters, without validation or lookup.
+    auto plan = plan_gate_residual({d->residual, d->gate, d->index, d->y, d->out});
+    if (!plan) fail(plan.takeError());
+    d->plan = *plan;
+    int major = 0, minor = 0;
+    CUdevice device = 0;
+    d->cu->cuDeviceGet(&device, 0);
+    d->cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device);
+    d->cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
+    KernelSpec spec = d->plan.spec;
+    spec.target = Target{major * 10 + minor, false};
+    static KernelCache cache(CacheConfig{prepared_cache(), {}, false}, [](const std::string&) {});
+    auto kernel = cache.get(codegen::render(spec));
+    if (!kernel) fail(kernel.takeError());
+    d->modules = std::make_unique<ModuleTable>(*d->cu);
+    auto function = d->modules->function(d->context, *kernel->kernel);
+    if (!function) fail(function.takeError());
+    d->function = *function;
+    auto errors = allocate_error_record(*d->cu, d->context);
+    if (!errors) fail(errors.takeError());
+    d->errors = *errors;
+    return d;
+  }();
+  return *setup;
+}
+
+// Launches `count` calls, waiting for the stream every 256 so the launch queue never fills.
+template <typename Launch> void dispatch_loop(benchmark::State& state, Launch launch) {
+  DispatchSetup& d = dispatch_setup();
+  ScopedContext scope(*d.cu, d.context);
+  int64_t calls = 0;
+  for (auto _ : state) {
+    if (!launch(d)) state.SkipWithError("launch failed");
+    if (++calls % 256 == 0) d.cu->cuStreamSynchronize(nullptr);
+  }
+  d.cu->cuStreamSynchronize(nullptr);
+}
+
+void BM_DispatchCxxApi(benchmark::State& state) {
+  dispatch_loop(state, [](DispatchSetup& d) {
+    return d.runtime.gate_residual(d.residual, d.gate, d.index, d.y, d.out, nullptr).ok();
+  });
+}
+
+void BM_DispatchCAbi(benchmark::State& state) {
+  dispatch_loop(state, [](DispatchSetup& d) {
+    return xj_gate_residual(d.c_runtime, &d.residual, &d.gate, &d.index, &d.y, &d.out, nullptr) == XJ_OK;
+  });
+}
+
+void BM_DispatchBareLaunch(benchmark::State& state) {
+  dispatch_loop(state, [](DispatchSetup& d) {
+    uint64_t params[LaunchPlan::kMaxParams + 1];
+    void* args[LaunchPlan::kMaxParams + 1];
+    for (int i = 0; i < d.plan.param_count; ++i) {
+      params[i] = d.plan.params[i];
+      args[i] = &params[i];
+    }
+    params[d.plan.param_count] = d.errors;
+    args[d.plan.param_count] = &params[d.plan.param_count];
+    return d.cu->cuLaunchKernel(d.function, d.plan.grid, d.plan.grid_y, 1, d.plan.threads, 1, 1, 0, nullptr, args,
+                                nullptr) == CUDA_SUCCESS;
+  });
+}
+
 }  // namespace
 }  // namespace exactjit
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (exactjit::Driver::available()) {  // the dispatch comparison needs a GPU
+    benchmark::RegisterBenchmark("BM_DispatchBareLaunch", exactjit::BM_DispatchBareLaunch)->UseRealTime();
+    benchmark::RegisterBenchmark("BM_DispatchCxxApi", exactjit::BM_DispatchCxxApi)->UseRealTime();
+    benchmark::RegisterBenchmark("BM_DispatchCAbi", exactjit::BM_DispatchCAbi)->UseRealTime();
+  } else {
+    fmt::print(stderr, "bench_host: no GPU: the dispatch benchmarks are not registered\n");
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -43,7 +43,9 @@ step parity parity.log python3 tests/gpu/parity_torch.py --report "$OUT/parity.m
   --report "$OUT/bench.md" --json "$LOGS/bench.json"
 [ "${SKIP_GRAD:-0}" = 1 ] || step bench-backward bench_backward.log python3 bench/bench_backward.py \
   --report "$OUT/bench_backward.md" --json "$LOGS/bench_backward.json"
-[ -x .carry/bench_host ] && step bench-host bench_host.log ./.carry/bench_host --benchmark_filter=Dispatch \
+# bench_host needs libexactjit.so and libbenchmark.so.1debian carried next to it.
+[ -x .carry/bench_host ] && step bench-host bench_host.log env LD_LIBRARY_PATH="$PWD/.carry" ./.carry/bench_host \
+  --benchmark_filter=Dispatch \
   --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 [ "${SKIP_DET_LINEAR:-0}" = 1 ] || step bench-det-linear bench_det_linear.log python3 bench/bench_det_linear.py \
   --report "$OUT/bench_det_linear.md" --json "$LOGS/bench_det_linear.json"

@@ -157,35 +157,35 @@ llvm::Expected<CUfunction> Runtime::Impl::function(DeviceState& state, KernelSpe
   return *function;
 }
 
-llvm::Error Runtime::Impl::launch(const LaunchPlan& plan, void* stream) {
+llvm::Error Runtime::Impl::launch_in_context(DeviceState& state, const LaunchPlan& plan, CUstream stream) {
   if (plan.grid == 0) return llvm::Error::success();
-  auto state = device(plan.device_id);
-  if (!state) return state.takeError();
-  auto function = this->function(**state, plan.spec);
+  auto function = this->function(state, plan.spec);
   if (!function) return function.takeError();
-
   uint64_t params[LaunchPlan::kMaxParams + 1];
   void* args[LaunchPlan::kMaxParams + 1];
   for (int i = 0; i < plan.param_count; ++i) {
     params[i] = plan.params[i];
     args[i] = &params[i];
   }
-  params[plan.param_count] = (*state)->error_record;
+  params[plan.param_count] = state.error_record;
   args[plan.param_count] = &params[plan.param_count];
-
-  ScopedContext scope(*driver, (*state)->context);
-  if (auto err = driver->check(driver->cuLaunchKernel(*function, plan.grid, plan.grid_y, 1, plan.threads, 1, 1, 0,
-                                                      static_cast<CUstream>(stream), args, nullptr),
-                               "cuLaunchKernel"))
+  if (auto err = driver->check(
+          driver->cuLaunchKernel(*function, plan.grid, plan.grid_y, 1, plan.threads, 1, 1, 0, stream, args, nullptr),
+          "cuLaunchKernel"))
     return make_error(ErrorCode::Cuda, fmt::format("{}: {}", op_name(plan.spec.op), llvm::toString(std::move(err))));
-  if (options.check_after_launch)
-    return check_error_record(*driver, (*state)->context, static_cast<CUstream>(stream), (*state)->error_record);
   return llvm::Error::success();
 }
 
-llvm::Error Runtime::Impl::launch(const LaunchSequence& sequence, void* stream) {
-  for (int step = 0; step < sequence.count; ++step)
-    if (auto err = launch(sequence.steps[step], stream)) return err;
+llvm::Error Runtime::Impl::launch(llvm::ArrayRef<LaunchPlan> steps, void* stream) {
+  if (steps.empty() || (steps.size() == 1 && steps[0].grid == 0)) return llvm::Error::success();
+  auto state = device(steps[0].device_id);  // planners put every step on one device
+  if (!state) return state.takeError();
+  ScopedContext scope(*driver, (*state)->context);
+  const auto cu_stream = static_cast<CUstream>(stream);
+  for (const LaunchPlan& step : steps)
+    if (auto err = launch_in_context(**state, step, cu_stream)) return err;
+  if (options.check_after_launch)
+    return check_error_record(*driver, (*state)->context, cu_stream, (*state)->error_record);
   return llvm::Error::success();
 }
 

@@ -7,6 +7,7 @@
 #include "runtime/kernel_cache.hpp"
 #include "runtime/module_table.hpp"
 
+#include <llvm/ADT/ArrayRef.h>
 #include <llvm/Support/Error.h>
 
 #include <array>
@@ -42,9 +43,15 @@ struct Runtime::Impl {
   llvm::Expected<DeviceState*> device(int device_id);
   /// The loaded kernel for `spec` on the device (the spec's target is the device's).
   llvm::Expected<CUfunction> function(DeviceState& state, KernelSpec spec);
-  /// Launches a validated plan on `stream` (appending the device's error record).
-  llvm::Error launch(const LaunchPlan& plan, void* stream);
-  llvm::Error launch(const LaunchSequence& sequence, void* stream);
+  /// Launches validated plans in order on `stream`, each with the device's error record appended;
+  /// the device, its context and the check after launch are resolved once for all of them.
+  llvm::Error launch(llvm::ArrayRef<LaunchPlan> steps, void* stream);
+  llvm::Error launch(const LaunchPlan& plan, void* stream) { return launch(llvm::ArrayRef(plan), stream); }
+  llvm::Error launch(const LaunchSequence& sequence, void* stream) {
+    return launch(llvm::ArrayRef(sequence.steps, sequence.count), stream);
+  }
+  /// One kernel launch in the current context: no context switch, no error-record check.
+  llvm::Error launch_in_context(DeviceState& state, const LaunchPlan& plan, CUstream stream);
 
   RuntimeOptions options;
   std::optional<Target> forced_target;

@@ -40,9 +40,7 @@ llvm::Expected<CaseOutcome> run_gate_residual_case(Runtime& runtime, int device_
   const std::vector<uint8_t> residual = random_storage(gen, c.dtype, count);
   const std::vector<uint8_t> y = random_storage(gen, c.dtype, count);
   const std::vector<uint8_t> table = random_storage(gen, c.dtype, table_count);
-  std::vector<int64_t> index_values(static_cast<size_t>(c.seq));
-  for (int64_t s = 0; s < c.seq; ++s)
-    index_values[s] = s == c.bad_position ? c.table_rows + 3 : static_cast<int64_t>(gen.next() % static_cast<uint64_t>(c.table_rows));
+  const std::vector<int64_t> index_values = random_indices(gen, c.seq, c.table_rows, c.bad_position, c.table_rows + 3);
   const std::vector<uint8_t> index = index_bytes(c.index, index_values);
 
   const size_t act_bytes = static_cast<size_t>(count + shift) * elem;
@@ -161,9 +159,7 @@ llvm::Expected<CaseOutcome> run_rms_norm_case(Runtime& runtime, int device_id, c
   }
   const std::vector<uint8_t> weight = random_storage(gen, c.dtype, c.hidden, /*specials=*/false);
   const std::vector<uint8_t> table = random_storage(gen, c.dtype, table_count, /*specials=*/false);
-  std::vector<int64_t> index_values(static_cast<size_t>(c.seq));
-  for (int64_t s = 0; s < c.seq; ++s)
-    index_values[s] = s == c.bad_position ? c.table_rows : static_cast<int64_t>(gen.next() % static_cast<uint64_t>(c.table_rows));
+  const std::vector<int64_t> index_values = random_indices(gen, c.seq, c.table_rows, c.bad_position, c.table_rows);
   const std::vector<uint8_t> index = index_bytes(c.index, index_values);
 
   DeviceBuffer* d_x = arena->upload(x, x.size());

@@ -83,9 +83,7 @@ llvm::Expected<CaseOutcome> run_gate_residual_backward_case(Runtime& runtime, in
   const std::vector<uint8_t> grad = random_storage(gen, c.dtype, count, /*specials=*/false);
   const std::vector<uint8_t> y = random_storage(gen, c.dtype, count, /*specials=*/false);
   const std::vector<uint8_t> table = random_storage(gen, c.dtype, table_count, /*specials=*/false);
-  std::vector<int64_t> index_values(static_cast<size_t>(c.seq));
-  for (int64_t s = 0; s < c.seq; ++s)
-    index_values[s] = s == c.bad_position ? c.table_rows + 3 : static_cast<int64_t>(gen.next() % static_cast<uint64_t>(c.table_rows));
+  const std::vector<int64_t> index_values = random_indices(gen, c.seq, c.table_rows, c.bad_position, c.table_rows + 3);
   const std::vector<uint8_t> index = index_bytes(c.index, index_values);
   const int64_t ws_bytes = gate_residual_backward_workspace_bytes(rows, c.seq, c.table_rows, c.hidden);
 
@@ -132,9 +130,7 @@ llvm::Expected<CaseOutcome> run_rms_norm_backward_case(Runtime& runtime, int dev
   const std::vector<uint8_t> grad = random_storage(gen, c.dtype, count, /*specials=*/false);
   const std::vector<uint8_t> weight = random_storage(gen, c.dtype, c.hidden, /*specials=*/false);
   const std::vector<uint8_t> table = random_storage(gen, c.dtype, table_count, /*specials=*/false);
-  std::vector<int64_t> index_values(static_cast<size_t>(c.seq));
-  for (int64_t s = 0; s < c.seq; ++s)
-    index_values[s] = s == c.bad_position ? c.table_rows : static_cast<int64_t>(gen.next() % static_cast<uint64_t>(c.table_rows));
+  const std::vector<int64_t> index_values = random_indices(gen, c.seq, c.table_rows, c.bad_position, c.table_rows);
   const std::vector<uint8_t> index = index_bytes(c.index, index_values);
   const int64_t table_rows = modulated ? c.table_rows : 0;
   const int64_t ws_bytes = rms_norm_backward_workspace_bytes(rows, c.seq, table_rows, c.hidden, c.weighted);

@@ -60,6 +60,14 @@ DLTensor device_tensor(const DeviceBuffer& buffer, uint64_t byte_offset, int dev
   return t;
 }
 
+std::vector<int64_t> random_indices(Generator& gen, int64_t seq, int64_t table_rows, int64_t bad_position,
+                                    int64_t bad_value) {
+  std::vector<int64_t> values(static_cast<size_t>(seq));
+  for (int64_t s = 0; s < seq; ++s)
+    values[s] = s == bad_position ? bad_value : static_cast<int64_t>(gen.next() % static_cast<uint64_t>(table_rows));
+  return values;
+}
+
 std::vector<uint8_t> index_bytes(IndexType type, const std::vector<int64_t>& values) {
   const size_t width = type == IndexType::I32 ? 4 : 8;
   std::vector<uint8_t> bytes(values.size() * width);

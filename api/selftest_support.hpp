@@ -32,6 +32,9 @@ std::vector<uint8_t> random_storage(Generator& gen, DType dtype, int64_t count, 
 DLTensor device_tensor(const DeviceBuffer& buffer, uint64_t byte_offset, int device_id, int ndim, int64_t* shape,
                        int64_t* strides, DLDataType dtype);
 std::vector<uint8_t> index_bytes(IndexType type, const std::vector<int64_t>& values);
+/// S random table rows in [0, R), with `bad_value` at bad_position (none when negative).
+std::vector<int64_t> random_indices(Generator& gen, int64_t seq, int64_t table_rows, int64_t bad_position,
+                                    int64_t bad_value);
 
 /// The device buffers of one case on one device. Each upload allocates a buffer of `bytes` and
 /// copies `host` to `offset`; the first failure is kept (later uploads do nothing and return

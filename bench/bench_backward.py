@@ -44,7 +44,7 @@ sys.path.insert(0, BENCH)
 import torch  # noqa: E402
 
 from bench_forward import (BITS, CHUNK, EPS, T, Timer, add_speedups, add_timing, finish,  # noqa: E402
-                           gate_inputs, gate_residual_eager, git_commit, log, measure_copy,
+                           gate_inputs, gate_residual_eager, git_commit, load_exactjit, log, measure_copy,
                            rms_inputs, rms_norm_modulated_eager, rotating_sets)
 
 TARGETS_MS = {"gate_residual": 2.5, "rms_norm+mod": 3.0}  # at S = TARGET_S
@@ -256,17 +256,7 @@ def main():
                 table=f"(3T, 6H) view of (T, 18H), T={T}; gate chunk {CHUNK}, shift/scale chunks 0/1; index int64",
                 reps=args.reps, CUBLAS_WORKSPACE_CONFIG=os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
                 deterministic_fill_uninitialized_memory=fill)
-    xj = None
-    try:
-        import exactjit as xj
-        from exactjit import _lib
-        meta.update(exactjit=xj.version(), library=xj.library_path())
-        if _lib.missing:
-            raise RuntimeError(f"the library lacks {', '.join(sorted(_lib.missing))}")
-    except Exception as e:  # still time the references, and say why exactjit is missing
-        meta["exactjit"] = f"unavailable: {type(e).__name__}: {e}"
-        log(meta["exactjit"])
-        xj = None
+    xj = load_exactjit(meta, need_backward=True)
 
     torch.use_deterministic_algorithms(False)
     timer = Timer(args.reps)

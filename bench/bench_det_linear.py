@@ -16,8 +16,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from bench_forward import (Timer, add_speedups, add_timing, finish, git_commit, log,  # noqa: E402
-                           measure_copy)
+from bench_forward import (Timer, add_speedups, add_timing, finish, git_commit, load_exactjit,  # noqa: E402
+                           log, measure_copy)
 
 H, D, C, T = 5376, 2688, 256, 3
 TARGETS_MS = {"adaln projection": 0.145, "timestep mlp": 0.04}
@@ -131,12 +131,7 @@ def main():
     t_start = time.perf_counter()
     meta = dict(commit=git_commit(), torch=torch.__version__, device=torch.cuda.get_device_name(), T=T, H=H,
                 D=D, reps=args.reps)
-    xj = None
-    try:
-        import exactjit as xj
-        meta.update(exactjit=xj.version(), library=xj.library_path())
-    except Exception as e:
-        meta["exactjit"] = f"unavailable: {type(e).__name__}: {e}"
+    xj = load_exactjit(meta)
     with torch.no_grad():
         timer = Timer(args.reps)
         copy_gbs = measure_copy(timer, meta)

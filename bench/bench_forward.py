@@ -204,6 +204,23 @@ def bitwise_equal(a, b):
     return torch.equal(a.view(BITS[a.dtype]), b.view(BITS[b.dtype]))
 
 
+def load_exactjit(meta, need_backward=False):
+    """The exactjit module, its version and library noted in meta; or None, with the reason noted
+    and logged, so the references are still timed. need_backward: a library without the backward
+    entry points counts as unavailable."""
+    try:
+        import exactjit as xj
+        from exactjit import _lib
+        meta.update(exactjit=xj.version(), library=xj.library_path())
+        if need_backward and _lib.missing:
+            raise RuntimeError(f"the library lacks {', '.join(sorted(_lib.missing))}")
+        return xj
+    except Exception as e:
+        meta["exactjit"] = f"unavailable: {type(e).__name__}: {e}"
+        log(meta["exactjit"])
+        return None
+
+
 def git_commit():
     """EXACTJIT_COMMIT (the campaign sets it to the commit the carried binaries were built from),
     else the checkout's."""
@@ -481,13 +498,7 @@ def main():
                 device=torch.cuda.get_device_name(), hidden=args.hidden, B=1,
                 table=f"(3T, 6H) view of (T, 18H), T={T}, chunk {CHUNK}, index int64",
                 reps=args.reps)
-    xj = None
-    try:
-        import exactjit as xj
-        meta.update(exactjit=xj.version(), library=xj.library_path())
-    except Exception as e:  # still time the references, and say why exactjit is missing
-        meta["exactjit"] = f"unavailable: {type(e).__name__}: {e}"
-        log(meta["exactjit"])
+    xj = load_exactjit(meta)
 
     rows = []
     with torch.no_grad():

@@ -61,11 +61,9 @@ llvm::Expected<LaunchPlan> plan_adaln_row_gather(const AdalnRowGatherArgs& a) {
   for (const auto& [name, tensor] : {tensors[0], tensors[1], tensors[2]})
     if (overlaps(a.out, *tensor)) return invalid(arg("out"), fmt::format("must not overlap {}", name));
 
-  const int wide = static_cast<int>(16 / dtype_size(*dtype));
-  const bool vector_ok = hidden % wide == 0 && table_stride % wide == 0 && data_address(a.rows) % 16 == 0 &&
-                         data_address(a.out) % 16 == 0;
   LaunchPlan plan;
-  plan.spec = make_spec(Op::AdalnRowGather, *dtype, *index_type, hidden, table_stride, vector_ok ? wide : 1);
+  plan.spec = make_spec(Op::AdalnRowGather, *dtype, *index_type, hidden, table_stride,
+                        pack_width(*dtype, hidden, table_stride, {&a.rows, &a.out}));
   plan.device_id = a.rows.device.device_id;
   const codegen::RowGeometry geometry = codegen::row_geometry(plan.spec);
   const int64_t blocks = (seq + geometry.rows_per_block - 1) / geometry.rows_per_block;

@@ -51,12 +51,4 @@ llvm::Error require_plan_limits(ArgName index_name, int64_t seq, ArgName table_n
   return llvm::Error::success();
 }
 
-int pack_width(DType dtype, int64_t hidden, int64_t table_stride, std::initializer_list<const DLTensor*> tensors) {
-  const int wide = static_cast<int>(16 / dtype_size(dtype));
-  if (hidden % wide != 0 || table_stride % wide != 0) return 1;
-  for (const DLTensor* t : tensors)
-    if (t && data_address(*t) % 16 != 0) return 1;
-  return wide;
-}
-
 }  // namespace exactjit

@@ -21,7 +21,4 @@ llvm::Error require_workspace(ArgName name, const DLTensor* workspace, int64_t b
 /// The plan's limits: S fits int32 and R <= kMaxPlanTableRows.
 llvm::Error require_plan_limits(ArgName index_name, int64_t seq, ArgName table_name, int64_t table_rows);
 
-/// 16 / element size when H, the stride and every address allow 16-byte packs, else 1.
-int pack_width(DType dtype, int64_t hidden, int64_t table_stride, std::initializer_list<const DLTensor*> tensors);
-
 }  // namespace exactjit

@@ -78,13 +78,10 @@ llvm::Expected<LaunchPlan> plan_gate_residual(const GateResidualArgs& a) {
     return invalid(arg("out"), "must be residual itself or not overlap it");
 
   // The 16-byte path needs whole packs per row and 16-byte aligned rows everywhere.
-  const int wide = static_cast<int>(16 / dtype_size(*dtype));
-  bool vector_ok = hidden % wide == 0 && table_stride % wide == 0;
-  for (const auto& [name, tensor] : tensors)
-    if (tensor != &a.index) vector_ok = vector_ok && data_address(*tensor) % 16 == 0;
+  const int vec = pack_width(*dtype, hidden, table_stride, {&a.residual, &a.gate, &a.y, &a.out});
 
   LaunchPlan plan;
-  plan.spec = make_spec(Op::GateResidual, *dtype, *index_type, hidden, table_stride, vector_ok ? wide : 1);
+  plan.spec = make_spec(Op::GateResidual, *dtype, *index_type, hidden, table_stride, vec);
   plan.device_id = a.residual.device.device_id;
   const codegen::RowGeometry geometry = codegen::row_geometry(plan.spec);
   const int64_t blocks = (rows + geometry.rows_per_block - 1) / geometry.rows_per_block;

@@ -114,4 +114,12 @@ bool overlaps(const DLTensor& a, const DLTensor& b) {
   return a0 < b1 && b0 < a1 && a1 > a0 && b1 > b0;
 }
 
+int pack_width(DType dtype, int64_t hidden, int64_t table_stride, std::initializer_list<const DLTensor*> tensors) {
+  const int wide = static_cast<int>(16 / dtype_size(dtype));
+  if (hidden % wide != 0 || table_stride % wide != 0) return 1;
+  for (const DLTensor* t : tensors)
+    if (t && data_address(*t) % 16 != 0) return 1;
+  return wide;
+}
+
 }  // namespace exactjit

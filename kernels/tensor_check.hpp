@@ -54,4 +54,8 @@ std::string shape_string(const DLTensor& t);
 /// Byte ranges [address, address + extent) of two tensors intersect.
 bool overlaps(const DLTensor& a, const DLTensor& b);
 
+/// 16 / element size when H, the table stride and every non-null tensor's address allow 16-byte
+/// packs, else 1 (the scalar specialisation).
+int pack_width(DType dtype, int64_t hidden, int64_t table_stride, std::initializer_list<const DLTensor*> tensors);
+
 }  // namespace exactjit

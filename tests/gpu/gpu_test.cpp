@@ -279,7 +279,9 @@ TEST_F(Gpu, DetLinearIsBatchInvariantAndMatchesTheFp32Model) {
         det_linear_fp32_model(reinterpret_cast<const float*>(x.data()), reinterpret_cast<const float*>(w.data()),
                               reinterpret_cast<const float*>(b.data()), T, K, N, model.data());
         EXPECT_EQ(0, std::memcmp(model.data(), full_pre.data(), model.size() * 4)) << "fp32 pre-activation vs the host model";
-        if (!silu) EXPECT_EQ(0, std::memcmp(model.data(), full.data(), model.size() * 4));
+        if (!silu) {
+          EXPECT_EQ(0, std::memcmp(model.data(), full.data(), model.size() * 4));
+        }
       } else if (!silu) {
         int64_t off = 0;
         for (int64_t t = 0; t < T; ++t)

@@ -3,6 +3,7 @@
 #include "cli/options.hpp"
 
 #include "kernels/catalog.hpp"
+#include "kernels/det_linear.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/errors.hpp"
 
@@ -53,8 +54,8 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
     else if (!request.activation.empty()) return usage(fmt::format("unknown activation '{}' (none, silu)", request.activation));
     std::vector<KernelSpec> specs;
     for (bool silu : activations) {
-      KernelSpec spec = make_spec(Op::DetLinear, *dtype, IndexType::I64, request.in_features ? request.in_features : kTimeEmbedDim,
-                                  request.out_features ? request.out_features : 18 * kDefaultHidden, 8, silu);
+      KernelSpec spec = det_linear_spec(*dtype, request.in_features ? request.in_features : kTimeEmbedDim,
+                                        request.out_features ? request.out_features : 18 * kDefaultHidden, silu);
       spec.target = target;
       if (auto err = validate_spec(spec)) return err;
       specs.push_back(spec);

@@ -110,13 +110,16 @@ KernelSpec make_spec(Op op, DType dtype, IndexType index, int64_t hidden, int64_
 std::string KernelSpec::describe() const {
   if (op == Op::DetLinear || op == Op::DetLinearInputGrad || op == Op::DetLinearWeightGrad)
     return fmt::format("{} dtype={} in_features={} out_features={} activation={} rows={} target={}", op_name(op),
-                       dtype_name(dtype), hidden, table_stride, weighted ? "silu" : "none", vec, target.name());
+                       dtype_name(dtype), hidden, out_features, silu ? "silu" : "none", row_tile, target.name());
   return fmt::format("{} dtype={} hidden={} table_stride={} vec={} index={} target={}{}", op_name(op),
                      dtype_name(dtype), hidden, table_stride, vec, index_type_name(index), target.name(),
                      weighted ? " weight=yes" : (op == Op::RmsNorm ? " weight=no" : ""));
 }
 
 std::string KernelSpec::stem() const {
+  if (op == Op::DetLinear || op == Op::DetLinearInputGrad || op == Op::DetLinearWeightGrad)
+    return fmt::format("{}_{}_k{}_n{}_{}_r{}_{}{}", op_name(op), dtype_name(dtype), hidden, out_features,
+                       silu ? "silu" : "none", row_tile, target.ptx ? "compute" : "sm", target.sm);
   return fmt::format("{}_{}_h{}_ts{}_v{}_{}_{}{}{}", op_name(op), dtype_name(dtype), hidden,
                      table_stride, vec, index == IndexType::I32 ? "i32" : "i64",
                      target.ptx ? "compute" : "sm", target.sm, weighted ? "_w" : "");
@@ -137,6 +140,7 @@ size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
   mix(static_cast<uint64_t>(s.hidden));
   mix(static_cast<uint64_t>(s.table_stride));
   mix(static_cast<uint64_t>(s.vec) << 32 | static_cast<uint32_t>(s.target.sm));
+  mix(static_cast<uint64_t>(s.out_features) ^ static_cast<uint64_t>(s.silu) << 62 ^ static_cast<uint64_t>(s.row_tile) << 48);
   return static_cast<size_t>(h);
 }
 

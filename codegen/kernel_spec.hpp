@@ -19,7 +19,7 @@ enum class Op : uint8_t {
   AdalnRowGather,
   RmsNorm,
   TimestepSinusoid,
-  DetLinear,  ///< hidden = in_features K, table_stride = out_features N, vec = row tile, weighted = SiLU
+  DetLinear,  ///< hidden = in_features K; out_features, silu and row_tile below
   // Backward passes (docs/backward.md).
   GateResidualBackward,      ///< d_y and the d_gate tile partials, one segment tile per block
   AdalnRowGatherBackward,    ///< d_rows tile partials, one (segment tile, chunk) per block
@@ -55,11 +55,15 @@ struct KernelSpec {
   int64_t table_stride = 0;  ///< row stride of the table view, in elements (rms_norm: 0 = plain)
   int vec = 1;               ///< elements per memory access (16 bytes / element size, or 1)
   bool weighted = false;     ///< rms_norm: multiplies by a weight vector
+  int64_t out_features = 0;  ///< det_linear (and its backward): N
+  bool silu = false;         ///< det_linear: SiLU (fp32: on the output; bf16: on the input)
+  int row_tile = 0;          ///< det_linear: rows per launch tile
   Target target;
 
   bool operator==(const KernelSpec& o) const {
     return op == o.op && dtype == o.dtype && index == o.index && hidden == o.hidden &&
-           table_stride == o.table_stride && vec == o.vec && weighted == o.weighted && target == o.target;
+           table_stride == o.table_stride && vec == o.vec && weighted == o.weighted && out_features == o.out_features &&
+           silu == o.silu && row_tile == o.row_tile && target == o.target;
   }
   /// Canonical, human-readable description, e.g.
   /// "gate_residual dtype=bf16 hidden=5376 table_stride=32256 vec=8 index=int64 target=sm_90".

@@ -28,14 +28,14 @@ std::string render_backward_constants(const KernelSpec& spec) {
 std::string render_det_linear_constants(const KernelSpec& spec) {
   return fmt::format(
       "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
-      "constexpr int kHidden = {k};  // in_features K\n"
-      "constexpr long long kTableStride = {n};  // out_features N\n"
-      "constexpr int kVec = {rows};  // row tile\n"
+      "constexpr int kInFeatures = {k};\n"
+      "constexpr long long kOutFeatures = {n};\n"
+      "constexpr int kRowTile = {rows};\n"
       "constexpr bool kSilu = {silu};  // fp32: SiLU on the output; bf16: on the input before the cast\n"
       "constexpr int kMode = {mode};  // backward: 0 input partials, 1 weight and bias\n"
       "constexpr int kTargetArch = {arch};\n",
-      fmt::arg("op_code", static_cast<int>(spec.op) + 1), fmt::arg("k", spec.hidden), fmt::arg("n", spec.table_stride),
-      fmt::arg("rows", spec.vec), fmt::arg("silu", spec.weighted ? "true" : "false"),
+      fmt::arg("op_code", static_cast<int>(spec.op) + 1), fmt::arg("k", spec.hidden), fmt::arg("n", spec.out_features),
+      fmt::arg("rows", spec.row_tile), fmt::arg("silu", spec.silu ? "true" : "false"),
       fmt::arg("mode", spec.op == Op::DetLinearWeightGrad ? 1 : 0), fmt::arg("arch", spec.target.sm));
 }
 

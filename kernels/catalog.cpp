@@ -44,7 +44,7 @@ std::vector<KernelSpec> backward_family(Op op, DType dtype, int64_t hidden, int6
       break;
     case Op::DetLinearInputGrad:  // hidden = in_features, table_stride = out_features; both activations
     case Op::DetLinearWeightGrad:
-      for (bool silu : {false, true}) specs.push_back(make_spec(op, DType::F32, IndexType::I64, hidden, table_stride, 8, silu));
+      for (bool silu : {false, true}) specs.push_back(det_linear_spec(DType::F32, hidden, table_stride, silu, op));
       break;
     case Op::SegmentCount:  // hidden: index tensors per key (1, or 2 for adaln_row_gather)
       for (IndexType index : both) specs.push_back(make_spec(op, DType::F32, index, hidden, 0, 1));
@@ -149,7 +149,7 @@ std::vector<KernelSpec> default_catalog(Target target) {
   for (const auto& [k, n, silu] : {std::tuple{kSinusoidChannels, 2 * kTimeEmbedDim, true},
                                    std::tuple{2 * kTimeEmbedDim, kTimeEmbedDim, false}})
     for (Op op : {Op::DetLinearInputGrad, Op::DetLinearWeightGrad}) {
-      KernelSpec spec = make_spec(op, DType::F32, IndexType::I64, k, n, 8, silu);
+      KernelSpec spec = det_linear_spec(DType::F32, k, n, silu, op);
       spec.target = target;
       specs.push_back(spec);
     }
@@ -177,8 +177,8 @@ llvm::Error validate_spec(const KernelSpec& spec) {
         return bad("det_linear with bf16 weights needs sm_80 or newer (bf16 tensor-core mma)");
       if (spec.hidden % (spec.dtype == DType::BF16 ? 16 : 4) != 0)
         return bad("in_features must be a multiple of 16 (bf16) or 4 (fp32)");
-      if (spec.table_stride < 1 || spec.table_stride > INT_MAX) return bad("out_features must be in [1, 2^31)");
-      if (spec.vec != 8) return bad("the row tile is 8");
+      if (spec.out_features < 1 || spec.out_features > INT_MAX) return bad("out_features must be in [1, 2^31)");
+      if (spec.row_tile != 8) return bad("the row tile is 8");
       return llvm::Error::success();
     case Op::RmsNormBackward:
     case Op::RmsNormTableGrad:
@@ -199,8 +199,8 @@ llvm::Error validate_spec(const KernelSpec& spec) {
     case Op::DetLinearInputGrad:
     case Op::DetLinearWeightGrad:
       if (spec.dtype != DType::F32) return bad("the det_linear backward kernels are fp32 (bf16 weights: not yet)");
-      if (spec.table_stride < 1 || spec.table_stride > INT_MAX) return bad("out_features must be in [1, 2^31)");
-      if (spec.vec != 8) return bad("the row tile is 8");
+      if (spec.out_features < 1 || spec.out_features > INT_MAX) return bad("out_features must be in [1, 2^31)");
+      if (spec.row_tile != 8) return bad("the row tile is 8");
       return llvm::Error::success();
     case Op::SegmentCount:
       if (spec.hidden > 2) return bad("segment_count combines 1 or 2 index tensors (hidden = 1 or 2)");

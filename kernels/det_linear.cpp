@@ -17,8 +17,12 @@ constexpr int kThreads = 256;
 int64_t columns_per_block(DType dtype) { return dtype == DType::F32 ? 32 : 128; }
 }  // namespace
 
-KernelSpec det_linear_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu) {
-  return make_spec(Op::DetLinear, weight_dtype, IndexType::I64, in_features, out_features, kRowTile, silu);
+KernelSpec det_linear_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu, Op op) {
+  KernelSpec spec = make_spec(op, weight_dtype, IndexType::I64, in_features, 0, 1);
+  spec.out_features = out_features;
+  spec.silu = silu;
+  spec.row_tile = kRowTile;
+  return spec;
 }
 
 llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& a) {

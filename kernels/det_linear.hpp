@@ -22,7 +22,8 @@ struct DetLinearArgs {
 
 llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& args);
 
-/// The spec of one det_linear kernel (row tile 8).
-KernelSpec det_linear_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu);
+/// The spec of one det_linear kernel (row tile 8); `op` is DetLinear or one of its backward kernels.
+KernelSpec det_linear_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu,
+                           Op op = Op::DetLinear);
 
 }  // namespace exactjit

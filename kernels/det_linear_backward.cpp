@@ -3,6 +3,7 @@
 #include "kernels/det_linear_backward.hpp"
 
 #include "kernels/backward_check.hpp"
+#include "kernels/det_linear.hpp"
 #include "kernels/segment_plan.hpp"
 
 #include <fmt/format.h>
@@ -58,7 +59,7 @@ llvm::Expected<LaunchSequence> plan_det_linear_backward(const DetLinearBackwardA
   const uint32_t column_blocks = static_cast<uint32_t>((in_features + kColumns - 1) / kColumns);
   const uint64_t pre = a.pre_activation ? data_address(*a.pre_activation) : 0;
   auto add = [&](Op op, uint32_t grid_y, uint64_t partials, uint64_t d_weight, uint64_t d_bias) {
-    LaunchPlan& plan = sequence.add(make_spec(op, DType::F32, IndexType::I64, in_features, out_features, 8, a.silu),
+    LaunchPlan& plan = sequence.add(det_linear_spec(DType::F32, in_features, out_features, a.silu, op),
                                     device, column_blocks, static_cast<uint32_t>(kColumns));
     plan.grid_y = grid_y;
     for (uint64_t v : {data_address(a.grad), pre, data_address(a.x), data_address(a.weight), partials, d_weight, d_bias,

@@ -9,8 +9,8 @@
 // kGroupUnroll groups loaded ahead of their mma's.
 namespace det_linear {
 
-constexpr int kK = spec::kHidden;             // in_features
-constexpr long long kN = spec::kTableStride;  // out_features
+constexpr int kK = spec::kInFeatures;
+constexpr long long kN = spec::kOutFeatures;
 constexpr int kRows = 8;                      // the mma's N
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
@@ -18,7 +18,7 @@ constexpr int kTileK = 2048;
 constexpr int kGroupUnroll = 4;
 
 static_assert(kK % 16 == 0, "in_features must be a multiple of 16 (the mma's K)");
-static_assert(spec::kVec == kRows, "the row tile is the mma's N");
+static_assert(spec::kRowTile == kRows, "the row tile is the mma's N");
 
 __device__ __forceinline__ xj::u32 pack2(xj::bf16 lo, xj::bf16 hi) { return (xj::u32)lo.bits | ((xj::u32)hi.bits << 16); }
 

@@ -10,9 +10,9 @@
 // across tiles in the same order). No TF32: fma.rn.f32 only.
 namespace det_linear {
 
-constexpr int kK = spec::kHidden;          // in_features
-constexpr long long kN = spec::kTableStride;  // out_features
-constexpr int kRows = spec::kVec;         // row tile
+constexpr int kK = spec::kInFeatures;
+constexpr long long kN = spec::kOutFeatures;
+constexpr int kRows = spec::kRowTile;
 constexpr int kWarps = 8;
 constexpr int kColumnsPerWarp = 4;
 constexpr int kThreads = 32 * kWarps;

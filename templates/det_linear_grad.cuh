@@ -9,9 +9,9 @@
 //   t = 0, 1, ... of d_v[t, n] * x[t, k]; d_bias[n] = add chain over t (block column 0).
 namespace det_linear_grad {
 
-constexpr int kK = spec::kHidden;
-constexpr long long kN = spec::kTableStride;
-constexpr int kRows = spec::kVec;
+constexpr int kK = spec::kInFeatures;
+constexpr long long kN = spec::kOutFeatures;
+constexpr int kRows = spec::kRowTile;
 constexpr int kThreads = 128;
 constexpr int kChunk = 64;
 

@@ -135,7 +135,7 @@ TEST(DetLinearModel, Fp32ModelIsADotProductAndRowIndependent) {
 
 TEST(DetLinearPtx, BackwardIsFmaChainsAndAddsOnly) {
   for (Op op : {Op::DetLinearInputGrad, Op::DetLinearWeightGrad}) {
-    KernelSpec spec = make_spec(op, DType::F32, IndexType::I64, 5376, 2688, 8, false);
+    KernelSpec spec = det_linear_spec(DType::F32, 5376, 2688, false, op);
     spec.target = Target{90, false};
     const std::string ptx = ptx_of(spec);
     const size_t fmas = count(ptx, "fma\\.rn\\.f32");  // one chain step per row (the n loop may be unrolled)

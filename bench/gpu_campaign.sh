@@ -39,16 +39,13 @@ fi
 step parity parity.log python3 tests/gpu/parity_torch.py --report "$OUT/parity.md" --json "$LOGS/parity.json"
 [ "${SKIP_GRAD:-0}" = 1 ] || step grad grad.log timeout "${GRAD_TIMEOUT:-300}" python3 tests/gpu/grad_torch.py \
   --report "$OUT/grad.md" --json "$LOGS/grad.json"
-[ "${SKIP_FORWARD_BENCH:-0}" = 1 ] || step bench bench.log python3 bench/bench_forward.py --dtypes bf16,fp16,fp32 \
-  --report "$OUT/bench.md" --json "$LOGS/bench.json"
-[ "${SKIP_GRAD:-0}" = 1 ] || step bench-backward bench_backward.log python3 bench/bench_backward.py \
-  --report "$OUT/bench_backward.md" --json "$LOGS/bench_backward.json"
+# exactjit bench: forward, forward + backward, det_linear vs cuBLAS, plots (the issue-6 command).
+[ "${SKIP_BENCH:-0}" = 1 ] || step bench bench.log ./.carry/exactjit bench --bench-dir "$PWD/bench" --out "$OUT/bench"
 # bench_host needs libexactjit.so and libbenchmark.so.1debian carried next to it.
 [ -x .carry/bench_host ] && step bench-host bench_host.log env LD_LIBRARY_PATH="$PWD/.carry" ./.carry/bench_host \
   --benchmark_filter=Dispatch \
   --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
-[ "${SKIP_DET_LINEAR:-0}" = 1 ] || step bench-det-linear bench_det_linear.log python3 bench/bench_det_linear.py \
-  --report "$OUT/bench_det_linear.md" --json "$LOGS/bench_det_linear.json"
-cat "$OUT/bench.md" "$OUT/bench_backward.md" "$OUT/bench_det_linear.md" 2>/dev/null
+cat "$OUT"/bench/*.md 2>/dev/null
+[ -d "$OUT/bench" ] && mv "$OUT/bench" "$LOGS/bench"
 tar -C "$OUT" -czf "$OUT/logs.tgz" logs && rm -rf "$LOGS"  # at most 8 files come back
 printf '%s\n' "${summary[@]}"

@@ -1,7 +1,8 @@
 // exactjit bench: every catalog op against its references on this machine's GPU, in one command:
 // bench/bench_forward.py (eager, torch.compile with and without emulate_precision_casts, copy
 // bandwidth), bench/bench_backward.py (forward + backward against eager and deterministic eager),
-// then bench/plot_report.py (PNG plots). Each writes markdown + JSON under --out; the commit is in
+// bench/bench_det_linear.py (the det_linear family against cuBLAS), then bench/plot_report.py (PNG
+// plots). Each writes markdown + JSON under --out; the commit is in
 // every report. Needs a GPU, python3 and torch (and matplotlib for the plots).
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
@@ -40,6 +41,8 @@ int run_bench() {
       {"forward", {script("bench_forward.py"), "--report", in_out("bench_forward.md"), "--json", in_out("bench_forward.json")}},
       {"forward + backward",
        {script("bench_backward.py"), "--report", in_out("bench_backward.md"), "--json", in_out("bench_backward.json")}},
+      {"det_linear (cuBLAS)",
+       {script("bench_det_linear.py"), "--report", in_out("bench_det_linear.md"), "--json", in_out("bench_det_linear.json")}},
       {"plots",
        {script("plot_report.py"), "--forward", in_out("bench_forward.json"), "--backward", in_out("bench_backward.json"),
         "--out", in_out("plots")}},

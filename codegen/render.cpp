@@ -58,16 +58,16 @@ std::vector<std::string_view> op_templates(const KernelSpec& spec) {
     case Op::DetLinear: return {spec.dtype == DType::F32 ? "det_linear_fp32.cuh" : "det_linear_bf16.cuh"};
     case Op::DetLinearInputGrad:
     case Op::DetLinearWeightGrad: return {"det_linear_grad.cuh"};
-    case Op::GateResidualBackward: return {"segment_tiles.cuh", "gate_residual_backward.cuh"};
-    case Op::AdalnRowGatherBackward: return {"segment_tiles.cuh", "adaln_row_gather_backward.cuh"};
+    case Op::GateResidualBackward: return {"fixed_order_sum.cuh", "segment_tiles.cuh", "gate_residual_backward.cuh"};
+    case Op::AdalnRowGatherBackward: return {"fixed_order_sum.cuh", "segment_tiles.cuh", "adaln_row_gather_backward.cuh"};
     case Op::RmsNormBackward: return {"quad_io.cuh", "row_sum.cuh", "rms_norm_backward.cuh"};
     case Op::RmsNormTableGrad:
-    case Op::RmsNormWeightGrad: return {"quad_io.cuh", "segment_tiles.cuh", "rms_norm_param_grad.cuh"};
+    case Op::RmsNormWeightGrad: return {"quad_io.cuh", "fixed_order_sum.cuh", "segment_tiles.cuh", "rms_norm_param_grad.cuh"};
     case Op::TimestepSinusoidBackward: return {"row_sum.cuh", "timestep_sinusoid_backward.cuh"};
     case Op::SegmentCount: return {"segment_count.cuh"};
     case Op::SegmentScan: return {"segment_scan.cuh"};
     case Op::SegmentScatter: return {"segment_scatter.cuh"};
-    case Op::SegmentFold: return {"segment_fold.cuh"};
+    case Op::SegmentFold: return {"fixed_order_sum.cuh", "segment_fold.cuh"};
   }
   return {};
 }

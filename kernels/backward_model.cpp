@@ -5,6 +5,7 @@
 #include "kernels/segment_plan.hpp"
 #include "kernels/segment_plan_model.hpp"
 #include "templates/numerics.cuh"
+#include "templates/fixed_order_sum.cuh"
 
 #include <algorithm>
 
@@ -30,19 +31,23 @@ void put(DType dtype, void* data, int64_t k, float v) {
 }
 
 // out(k, j) for every table row k and column j < width: the fold, from 0, of row k's tile
-// partials, each the sum from 0 of term(row, j) over the tile's rows in plan order.
-template <typename Term, typename Out>
-void segment_sums(const SegmentPlanModel& plan, int64_t table_rows, int64_t width, Term term, Out out) {
-  std::vector<float> fold(static_cast<size_t>(width)), partial(static_cast<size_t>(width));
+// partials, each the sum from 0 of the terms add_term(row, j, sum) adds over the tile's rows in
+// plan order. Tiles accumulate as the kernels do for storage type T, the fold for Out.
+template <typename T, typename Out, typename AddTerm, typename Put>
+void segment_sums(const SegmentPlanModel& plan, int64_t table_rows, int64_t width, AddTerm add_term, Put out) {
+  using TileSum = typename xj::SumFor<T>::type;
+  using FoldSum = typename xj::SumFor<Out>::type;
+  std::vector<FoldSum> fold(static_cast<size_t>(width));
+  std::vector<TileSum> partial(static_cast<size_t>(width));
   for (int64_t k = 0; k < table_rows; ++k) {
-    std::fill(fold.begin(), fold.end(), 0.0f);
+    std::fill(fold.begin(), fold.end(), FoldSum{});
     for (int64_t t = plan.row_tile_start[k]; t < plan.row_tile_start[k + 1]; ++t) {
-      std::fill(partial.begin(), partial.end(), 0.0f);
+      std::fill(partial.begin(), partial.end(), TileSum{});
       for (int64_t row : segment_tile_rows(plan, t))
-        for (int64_t j = 0; j < width; ++j) partial[j] = xj::add(partial[j], term(row, j));
-      for (int64_t j = 0; j < width; ++j) fold[j] = xj::add(fold[j], partial[j]);
+        for (int64_t j = 0; j < width; ++j) add_term(row, j, partial[j]);
+      for (int64_t j = 0; j < width; ++j) fold[j].add(partial[j].value());
     }
-    for (int64_t j = 0; j < width; ++j) out(k, j, fold[j]);
+    for (int64_t j = 0; j < width; ++j) out(k, j, fold[j].value());
   }
 }
 
@@ -72,9 +77,9 @@ void gate_residual_backward_model(DType dtype, const void* grad, const void* gat
           put(dtype, d_y, r * hidden + j, xj::mul(at<T>(grad, r * hidden + j), at<T>(gate, k * table_stride + j)));
       }
     if (d_gate)
-      segment_sums(
+      segment_sums<T, T>(
           segment_plan_model(keys, table_rows, rows / seq), table_rows, hidden,
-          [&](int64_t r, int64_t j) { return xj::mul(at<T>(grad, r * hidden + j), at<T>(y, r * hidden + j)); },
+          [&](int64_t r, int64_t j, auto& sum) { sum.add_product(at<T>(grad, r * hidden + j), at<T>(y, r * hidden + j)); },
           [&](int64_t k, int64_t j, float v) { put(dtype, d_gate, k * hidden + j, v); });
   });
 }
@@ -83,19 +88,35 @@ void rms_norm_dx_row_model(DType dtype, const void* grad_row, const void* x_row,
                            const void* scale_row, int64_t hidden, float rstd, void* dx_row) {
   with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
-    auto wd = [&](int64_t j) {
-      float d = at<T>(grad_row, j);
-      if (scale_row) d = xj::mul(d, xj::to_float(xj::round_to<T>(xj::add(1.0f, at<T>(scale_row, j)))));
-      if (weight) d = xj::mul(at<T>(weight, j), d);
-      return d;
+    // wd(j) = w * d_n as the kernel rounds it; `lo` receives its rounding error (see the template).
+    auto wd = [&](int64_t j, float* lo) {
+      const float grad = at<T>(grad_row, j);
+      float d = grad, d_lo = 0.0f;
+      if (scale_row) {
+        const float m = xj::to_float(xj::round_to<T>(xj::add(1.0f, at<T>(scale_row, j))));
+        d = xj::mul(grad, m);
+        d_lo = xj::product_error(grad, m, d);
+      }
+      if (!weight) {
+        if (lo) *lo = d_lo;
+        return d;
+      }
+      const float w = at<T>(weight, j), product = xj::mul(w, d);
+      if (lo) *lo = scale_row ? xj::fma(w, d_lo, xj::product_error(w, d, product)) : xj::product_error(w, d, product);
+      return product;
     };
     const float dot = block_fma_reduce_model(hidden, [&](int64_t j, float& a, float& b) {
-      a = wd(j);
+      a = wd(j, nullptr);
       b = at<T>(x_row, j);
     });
     const float coef = xj::div(xj::mul(xj::mul(xj::mul(rstd, rstd), rstd), dot), static_cast<float>(hidden));
-    for (int64_t j = 0; j < hidden; ++j)
-      put(dtype, dx_row, j, fma_model(-at<T>(x_row, j), coef, xj::mul(rstd, wd(j))));
+    for (int64_t j = 0; j < hidden; ++j) {
+      float lo = 0.0f;
+      const float product = wd(j, &lo);
+      float small = xj::mul(-at<T>(x_row, j), coef);
+      if (scale_row || weight) small = xj::fma(rstd, lo, small);
+      put(dtype, dx_row, j, xj::fma(rstd, product, small));
+    }
   });
 }
 
@@ -107,16 +128,16 @@ void rms_norm_table_grads_model(DType dtype, const void* grad, const void* x, co
   with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (dshift)
-      segment_sums(
-          plan, table_rows, hidden, [&](int64_t r, int64_t j) { return at<T>(grad, r * hidden + j); },
+      segment_sums<T, T>(
+          plan, table_rows, hidden, [&](int64_t r, int64_t j, auto& sum) { sum.add(at<T>(grad, r * hidden + j)); },
           [&](int64_t k, int64_t j, float v) { put(dtype, dshift, k * hidden + j, v); });
     if (dscale)
-      segment_sums(
+      segment_sums<T, T>(
           plan, table_rows, hidden,
-          [&](int64_t r, int64_t j) {
+          [&](int64_t r, int64_t j, auto& sum) {
             float n = xj::mul(rstd[r], at<T>(x, r * hidden + j));
             if (weight) n = xj::mul(at<T>(weight, j), n);
-            return xj::mul(at<T>(grad, r * hidden + j), xj::to_float(xj::round_to<T>(n)));
+            sum.add_product(at<T>(grad, r * hidden + j), xj::to_float(xj::round_to<T>(n)));
           },
           [&](int64_t k, int64_t j, float v) { put(dtype, dscale, k * hidden + j, v); });
   });
@@ -127,21 +148,22 @@ void rms_norm_weight_grad_model(DType dtype, const void* grad, const void* x, co
                                 void* dweight) {
   with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
-    std::vector<float> fold(static_cast<size_t>(hidden), 0.0f), partial(static_cast<size_t>(hidden));
+    using Sum = typename xj::SumFor<T>::type;
+    std::vector<Sum> fold(static_cast<size_t>(hidden)), partial(static_cast<size_t>(hidden));
     for (int64_t first = 0; first < rows; first += kTilePositions) {
-      std::fill(partial.begin(), partial.end(), 0.0f);
+      std::fill(partial.begin(), partial.end(), Sum{});
       for (int64_t r = first; r < std::min(first + kTilePositions, rows); ++r) {
         const int64_t k = scale ? keys[r % static_cast<int64_t>(keys.size())] : 0;
         if (k < 0) continue;
         for (int64_t j = 0; j < hidden; ++j) {
           float d = at<T>(grad, r * hidden + j);
           if (scale) d = xj::mul(d, xj::to_float(xj::round_to<T>(xj::add(1.0f, at<T>(scale, k * table_stride + j)))));
-          partial[j] = xj::add(partial[j], xj::mul(d, xj::mul(rstd[r], at<T>(x, r * hidden + j))));
+          partial[j].add_product(d, xj::mul(rstd[r], at<T>(x, r * hidden + j)));
         }
       }
-      for (int64_t j = 0; j < hidden; ++j) fold[j] = xj::add(fold[j], partial[j]);
+      for (int64_t j = 0; j < hidden; ++j) fold[j].add(partial[j].value());
     }
-    for (int64_t j = 0; j < hidden; ++j) put(dtype, dweight, j, fold[j]);
+    for (int64_t j = 0; j < hidden; ++j) put(dtype, dweight, j, fold[j].value());
   });
 }
 
@@ -149,14 +171,16 @@ void adaln_row_gather_backward_model(DType dtype, DType out_dtype, const void* g
                                      int64_t table_rows, int64_t hidden, void* d_rows) {
   const int64_t seq = static_cast<int64_t>(keys.size());
   with_storage(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    segment_sums(
-        segment_plan_model(keys, table_rows, 1), table_rows, 6 * hidden,
-        [&](int64_t s, int64_t column) {
-          const int64_t c = column / hidden, j = column % hidden;
-          return at<T>(grad, (c * seq + s) * hidden + j);
-        },
-        [&](int64_t k, int64_t column, float v) { put(out_dtype, d_rows, k * 6 * hidden + column, v); });
+    with_storage(out_dtype, [&](auto out_tag) {
+      using T = decltype(tag);
+      segment_sums<T, decltype(out_tag)>(
+          segment_plan_model(keys, table_rows, 1), table_rows, 6 * hidden,
+          [&](int64_t s, int64_t column, auto& sum) {
+            const int64_t c = column / hidden, j = column % hidden;
+            sum.add(at<T>(grad, (c * seq + s) * hidden + j));
+          },
+          [&](int64_t k, int64_t column, float v) { put(out_dtype, d_rows, k * 6 * hidden + column, v); });
+    });
   });
 }
 

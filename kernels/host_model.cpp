@@ -144,7 +144,7 @@ void det_linear_fp32_model(const float* x, const float* weight, const float* bia
       for (int lane = 0; lane < kLanes; ++lane) {
         float d = 0.0f;
         for (int64_t c = lane; c < in_features / 4; c += kLanes)
-          for (int e = 0; e < 4; ++e) d = fma_model(weight[n * in_features + 4 * c + e], x[t * in_features + 4 * c + e], d);
+          for (int e = 0; e < 4; ++e) d = xj::fma(weight[n * in_features + 4 * c + e], x[t * in_features + 4 * c + e], d);
         lanes[lane] = d;
       }
       for (int offset = 16; offset > 0; offset /= 2) {
@@ -176,7 +176,7 @@ void det_linear_fp32_backward_model(const float* grad, const float* pre_activati
       for (int64_t n0 = 0; n0 < out_features; n0 += kChunk) {
         float partial = 0.0f;
         for (int64_t n = n0; n < std::min(n0 + kChunk, out_features); ++n)
-          partial = fma_model(d_v[t * out_features + n], weight[n * in_features + k], partial);
+          partial = xj::fma(d_v[t * out_features + n], weight[n * in_features + k], partial);
         fold = xj::add(fold, partial);
       }
       d_input[t * in_features + k] = fold;
@@ -187,7 +187,7 @@ void det_linear_fp32_backward_model(const float* grad, const float* pre_activati
     if (d_bias) d_bias[n] = b;
     for (int64_t k = 0; d_weight && k < in_features; ++k) {
       float w = 0.0f;
-      for (int64_t t = 0; t < rows; ++t) w = fma_model(d_v[t * out_features + n], x[t * in_features + k], w);
+      for (int64_t t = 0; t < rows; ++t) w = xj::fma(d_v[t * out_features + n], x[t * in_features + k], w);
       d_weight[n * in_features + k] = w;
     }
   }

@@ -11,9 +11,6 @@
 
 namespace exactjit {
 
-/// fma.rn.f32 as the GPU computes it: one rounding, canonical NaN.
-inline float fma_model(float a, float b, float c) { return xj::canonical_nan_model(__builtin_fmaf(a, b, c)); }
-
 /// The block's total of fma(a_j, b_j, s) over the row, `pair(j, a, b)` giving element j's factors.
 template <typename Pair> float block_fma_reduce_model(int64_t hidden, Pair pair) {
   constexpr int kThreads = 128, kLanes = 32;
@@ -26,7 +23,7 @@ template <typename Pair> float block_fma_reduce_model(int64_t hidden, Pair pair)
         for (int e = 0; e < 4; ++e) {
           float a = 0, b = 0;
           pair(4 * v + e, a, b);
-          s = fma_model(a, b, s);
+          s = xj::fma(a, b, s);
         }
       lanes[lane] = s;
     }

@@ -1,11 +1,13 @@
 // adaln_row_gather backward: d_rows[k, cH + j] = segment sum over the positions s that gathered
 // table row k of grad[c, s, j]. Block (segment tile, chunk c x column slice); each thread owns one
 // pack of kVec columns: partials[tile, cH + j] = sum over the tile's positions in list order, from
-// 0, with single adds (kRowUnroll rows loaded at a time); segment_fold folds them.
+// 0 (xj::SumFor<T>: compensated for fp32 grads; kRowUnroll rows loaded at a time); segment_fold
+// folds them.
 namespace adaln_row_gather_backward {
 
 typedef xj::StorageOf<spec::kDType>::type T;
 typedef xj::Pack<T, spec::kVec> Pack;
+typedef xj::SumFor<T>::type Sum;
 
 constexpr int kPacksPerRow = spec::kHidden / spec::kVec;
 constexpr int kSlices = (kPacksPerRow + spec::kThreads - 1) / spec::kThreads;
@@ -26,9 +28,7 @@ XJ_ENTRY(const adaln_row_gather_backward::T* __restrict__ grad, float* __restric
   const int pack = (blockIdx.y % kSlices) * spec::kThreads + threadIdx.x;
   if (pack >= kPacksPerRow || !xj::segment_tile(plan, blockIdx.x, tile)) return;
   const int col = pack * spec::kVec;
-  float sum[spec::kVec];
-#pragma unroll
-  for (int e = 0; e < spec::kVec; ++e) sum[e] = 0.0f;
+  Sum sum[spec::kVec];
   for (long long j0 = tile.first; j0 < tile.end; j0 += kRowUnroll) {
     Pack g[kRowUnroll];
 #pragma unroll
@@ -39,9 +39,9 @@ XJ_ENTRY(const adaln_row_gather_backward::T* __restrict__ grad, float* __restric
     for (int u = 0; u < kRowUnroll; ++u)
       if (j0 + u < tile.end)
 #pragma unroll
-        for (int e = 0; e < spec::kVec; ++e) sum[e] = xj::add(sum[e], xj::to_float(g[u].v[e]));
+        for (int e = 0; e < spec::kVec; ++e) sum[e].add(xj::to_float(g[u].v[e]));
   }
   float* partial = partials + ((long long)blockIdx.x * kChunks + chunk) * spec::kHidden + col;
 #pragma unroll
-  for (int e = 0; e < spec::kVec; ++e) partial[e] = sum[e];
+  for (int e = 0; e < spec::kVec; ++e) partial[e] = sum[e].value();
 }

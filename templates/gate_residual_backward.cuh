@@ -1,6 +1,7 @@
 // gate_residual backward (NUMERICS.md), one pass over grad and y:
 //   d_y[r, j] = rT(mul(grad[r, j], gate[k, j]))          (bitwise equal to eager's VJP)
-//   partials[tile, j] = sum over the tile's rows r, in list order, from 0: add(p, mul(grad, y))
+//   partials[tile, j] = sum over the tile's rows r, in list order, from 0, of grad * y
+//                       (xj::SumFor<T>: compensated when d_gate is fp32; fixed_order_sum.cuh)
 // segment_fold then folds each row's tiles into d_gate (fp32 until its one rounding).
 // Geometry: block (tile, column slice); each thread owns one pack of kVec columns and keeps its
 // partial sums in registers for the whole tile. Rows are loaded kRowUnroll at a time (more loads
@@ -9,6 +10,7 @@ namespace gate_residual_backward {
 
 typedef xj::StorageOf<spec::kDType>::type T;
 typedef xj::Pack<T, spec::kVec> Pack;
+typedef xj::SumFor<T>::type Sum;
 
 constexpr int kPacksPerRow = spec::kHidden / spec::kVec;
 constexpr int kRowUnroll = 4;
@@ -30,9 +32,7 @@ XJ_ENTRY(const gate_residual_backward::T* __restrict__ grad, const gate_residual
   const int col = pack * spec::kVec;
   Pack g;
   if (d_y) xj::load_pack(g, gate + tile.row * spec::kTableStride + col);
-  float sum[spec::kVec];
-#pragma unroll
-  for (int e = 0; e < spec::kVec; ++e) sum[e] = 0.0f;
+  Sum sum[spec::kVec];
   for (long long j0 = tile.first; j0 < tile.end; j0 += kRowUnroll) {
     long long base[kRowUnroll];
     Pack gr[kRowUnroll], yv[kRowUnroll];
@@ -51,7 +51,7 @@ XJ_ENTRY(const gate_residual_backward::T* __restrict__ grad, const gate_residual
 #pragma unroll
         for (int e = 0; e < spec::kVec; ++e) {
           const float gv = xj::to_float(gr[u].v[e]);
-          if (partials) sum[e] = xj::add(sum[e], xj::mul(gv, xj::to_float(yv[u].v[e])));
+          if (partials) sum[e].add_product(gv, xj::to_float(yv[u].v[e]));
           if (d_y) out.v[e] = xj::round_to<T>(xj::mul(gv, xj::to_float(g.v[e])));
         }
         if (d_y) xj::store_pack(d_y + base[u], out);
@@ -61,5 +61,5 @@ XJ_ENTRY(const gate_residual_backward::T* __restrict__ grad, const gate_residual
   if (!partials) return;
   float* partial = partials + (long long)blockIdx.x * spec::kHidden + col;
 #pragma unroll
-  for (int e = 0; e < spec::kVec; ++e) partial[e] = sum[e];
+  for (int e = 0; e < spec::kVec; ++e) partial[e] = sum[e].value();
 }

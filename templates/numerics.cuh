@@ -170,6 +170,21 @@ XJ_HD float div(float a, float b) {
 #endif
 }
 
+// fma(a, b, c) with one rounding; written out where a kernel asks for it, never inferred.
+XJ_HD float fma(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return canonical_nan_model(__builtin_fmaf(a, b, c));
+#endif
+}
+
+XJ_HD bool is_finite(float v) { return (float_to_bits(v) & 0x7F800000u) != 0x7F800000u; }
+
+// The rounding error of p = mul(a, b), exactly: a * b = p + product_error(a, b, p) (barring
+// underflow); 0 when p is inf or NaN, so a non-finite product propagates as itself.
+XJ_HD float product_error(float a, float b, float p) { return is_finite(p) ? fma(a, b, -p) : 0.0f; }
+
 }  // namespace xj
 
 #endif  // EXACTJIT_NUMERICS_CUH

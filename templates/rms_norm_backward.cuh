@@ -1,12 +1,16 @@
 // rms_norm backward, dx (NUMERICS.md; docs/backward.md), one row per 128-thread block in the
-// forward's reduction shape. With d_n = grad (plain) or mul(grad, rT(add(1, scale[i])))
-// (modulated) and wd = mul(w, d_n) (or d_n without weight), per row:
+// forward's reduction shape. With m = rT(add(1, scale[i])) (modulated), per element:
+//   d_n = grad or mul(grad, m),  wd = mul(w, d_n) (or d_n without weight)
+// and wd_lo, the exact rounding error of those products (product_error), so that
+// wd + wd_lo = w * grad * m up to a rounding of the tiny wd_lo terms. Per row:
 //   1. thread t visits 4-element vectors v = t, t+128, ...: dot = fma(wd, x, dot) from 0
 //   2. warps: dot = add(dot, shfl_down(dot, off)), off = 16..1; 3. (w0 + w2) + (w1 + w3)
 //   4. coef = div(mul(mul(mul(rstd, rstd), rstd), dot), H)
-//   5. dx = rT(fma(-x, coef, mul(rstd, wd)))   (one rounding for x * coef and the difference)
-// Every operation is written out, so nothing is left for the compiler to contract. The row's x,
-// grad (and scale) stay in registers across the barrier: one read of each.
+//   5. dx = rT(fma(rstd, wd, fma(rstd, wd_lo, mul(-x, coef))))  (plain, no weight: no wd_lo term)
+// Step 5 rounds rstd * w * d_n only once (the dominant term; x * coef is ~1/sqrt(H) of it), which
+// keeps dx at about one rounding from the exact value given rstd. Every operation is written out,
+// so nothing is left for the compiler to contract. The row's x, grad (and scale) stay in
+// registers across the barrier: one read of each.
 namespace rms_norm_backward {
 
 typedef xj::StorageOf<spec::kDType>::type T;
@@ -17,6 +21,7 @@ constexpr int kRowThreads = 128;
 constexpr int kQuads = spec::kHidden / 4;
 constexpr int kQuadsPerThread = (kQuads + kRowThreads - 1) / kRowThreads;
 constexpr bool kModulated = spec::kTableStride > 0;
+constexpr bool kHasLo = kModulated || spec::kWeighted;  // plain d_n = grad is exact
 
 static_assert(spec::kHidden % 4 == 0, "rms_norm needs H % 4 == 0");
 
@@ -24,12 +29,23 @@ __device__ __forceinline__ bool in_row(int k) {
   return kQuads % kRowThreads == 0 || (int)threadIdx.x + k * kRowThreads < kQuads;
 }
 
-// wd = w * d_n for element e of quad k.
-__device__ __forceinline__ float weighted_grad(const Quad& g, const Quad& sc, const Quad& w, int e) {
-  float d = xj::to_float(g.v[e]);
-  if (kModulated) d = xj::mul(d, xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(sc.v[e])))));
-  if (spec::kWeighted) d = xj::mul(xj::to_float(w.v[e]), d);
-  return d;
+// wd = w * d_n for element e of quad k; with `lo` (only when kHasLo), also its rounding error.
+__device__ __forceinline__ float weighted_grad(const Quad& g, const Quad& sc, const Quad& w, int e, float* lo = nullptr) {
+  const float grad = xj::to_float(g.v[e]);
+  float d = grad, d_lo = 0.0f;
+  if (kModulated) {
+    const float m = xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(sc.v[e]))));
+    d = xj::mul(grad, m);
+    if (lo) d_lo = xj::product_error(grad, m, d);
+  }
+  if (!spec::kWeighted) {
+    if (lo) *lo = d_lo;
+    return d;
+  }
+  const float weight = xj::to_float(w.v[e]);
+  const float wd = xj::mul(weight, d);
+  if (lo) *lo = kModulated ? xj::fma(weight, d_lo, xj::product_error(weight, d, wd)) : xj::product_error(weight, d, wd);
+  return wd;
 }
 
 }  // namespace rms_norm_backward
@@ -70,10 +86,9 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
   for (int k = 0; k < kQuadsPerThread; ++k) {
     if (live && in_row(k)) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dot = fmaf(weighted_grad(gq[k], sq[k], wq[k], e), xj::to_float(xq[k].v[e]), dot);
+      for (int e = 0; e < 4; ++e) dot = xj::fma(weighted_grad(gq[k], sq[k], wq[k], e), xj::to_float(xq[k].v[e]), dot);
     }
   }
-#pragma unroll
   const float total = xj::row_sum_128(dot, warp_sums);
   if (!live) return;
   const float r = rstd[row];
@@ -85,8 +100,11 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
       Quad out;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float a = xj::mul(r, weighted_grad(gq[k], sq[k], wq[k], e));
-        out.v[e] = xj::round_to<T>(fmaf(-xj::to_float(xq[k].v[e]), coef, a));
+        float wd_lo = 0.0f;
+        const float wd = weighted_grad(gq[k], sq[k], wq[k], e, kHasLo ? &wd_lo : nullptr);
+        float small = xj::mul(-xj::to_float(xq[k].v[e]), coef);
+        if (kHasLo) small = xj::fma(r, wd_lo, small);
+        out.v[e] = xj::round_to<T>(xj::fma(r, wd, small));
       }
       xj::store_quad(dx_row + 4 * (t + k * kRowThreads), out);
     }

@@ -7,12 +7,13 @@
 //   mul(grad, rT(add(1, scale[i]))) (rows with a bad index are skipped; the dx kernel and the
 //   plan report it).
 // Each thread owns one 4-element quad of columns; rows are loaded kRowUnroll at a time and added
-// strictly in order.
+// strictly in order (xj::SumFor<T>: compensated, products added exactly, when T is fp32).
 namespace rms_norm_param_grad {
 
 typedef xj::StorageOf<spec::kDType>::type T;
 typedef xj::IndexOf<spec::kIndexBytes>::type Index;
 typedef xj::Quad<T> Quad;
+typedef xj::SumFor<T>::type Sum;
 
 constexpr int kQuads = spec::kHidden / 4;
 constexpr bool kModulated = spec::kTableStride > 0;
@@ -45,7 +46,7 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
   }
   Quad w;
   if (spec::kSegmented && spec::kWeighted) xj::load_quad(w, weight + col);
-  float first[4] = {0.0f, 0.0f, 0.0f, 0.0f}, second[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  Sum first[4], second[4];
   for (long long j0 = first_j; j0 < end_j; j0 += kRowUnroll) {
     Quad g[kRowUnroll], xv[kRowUnroll], sc[kRowUnroll];
     float r[kRowUnroll];
@@ -75,12 +76,12 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
         if (spec::kSegmented) {
           float n = xhat;
           if (spec::kWeighted) n = xj::mul(xj::to_float(w.v[e]), n);
-          first[e] = xj::add(first[e], gv);
-          second[e] = xj::add(second[e], xj::mul(gv, xj::to_float(xj::round_to<T>(n))));
+          first[e].add(gv);
+          second[e].add_product(gv, xj::to_float(xj::round_to<T>(n)));
         } else {
           float d = gv;
           if (kModulated) d = xj::mul(d, xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(sc[u].v[e])))));
-          first[e] = xj::add(first[e], xj::mul(d, xhat));
+          first[e].add_product(d, xhat);
         }
       }
     }
@@ -88,7 +89,7 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
   const long long at = (long long)blockIdx.x * spec::kHidden + col;
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
-    if (first_partials) first_partials[at + e] = first[e];
-    if (spec::kSegmented && second_partials) second_partials[at + e] = second[e];
+    if (first_partials) first_partials[at + e] = first[e].value();
+    if (spec::kSegmented && second_partials) second_partials[at + e] = second[e].value();
   }
 }

@@ -32,11 +32,11 @@ void put(DType dtype, void* data, int64_t k, float v) {
 
 // out(k, j) for every table row k and column j < width: the fold, from 0, of row k's tile
 // partials, each the sum from 0 of the terms add_term(row, j, sum) adds over the tile's rows in
-// plan order. Tiles accumulate as the kernels do for storage type T, the fold for Out.
-template <typename T, typename Out, typename AddTerm, typename Put>
+// plan order. Tiles accumulate as the kernels do for storage type T; the fold is compensated.
+template <typename T, typename AddTerm, typename Put>
 void segment_sums(const SegmentPlanModel& plan, int64_t table_rows, int64_t width, AddTerm add_term, Put out) {
   using TileSum = typename xj::SumFor<T>::type;
-  using FoldSum = typename xj::SumFor<Out>::type;
+  using FoldSum = xj::CompensatedSum;
   std::vector<FoldSum> fold(static_cast<size_t>(width));
   std::vector<TileSum> partial(static_cast<size_t>(width));
   for (int64_t k = 0; k < table_rows; ++k) {
@@ -77,7 +77,7 @@ void gate_residual_backward_model(DType dtype, const void* grad, const void* gat
           put(dtype, d_y, r * hidden + j, xj::mul(at<T>(grad, r * hidden + j), at<T>(gate, k * table_stride + j)));
       }
     if (d_gate)
-      segment_sums<T, T>(
+      segment_sums<T>(
           segment_plan_model(keys, table_rows, rows / seq), table_rows, hidden,
           [&](int64_t r, int64_t j, auto& sum) { sum.add_product(at<T>(grad, r * hidden + j), at<T>(y, r * hidden + j)); },
           [&](int64_t k, int64_t j, float v) { put(dtype, d_gate, k * hidden + j, v); });
@@ -128,11 +128,11 @@ void rms_norm_table_grads_model(DType dtype, const void* grad, const void* x, co
   with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
     if (dshift)
-      segment_sums<T, T>(
+      segment_sums<T>(
           plan, table_rows, hidden, [&](int64_t r, int64_t j, auto& sum) { sum.add(at<T>(grad, r * hidden + j)); },
           [&](int64_t k, int64_t j, float v) { put(dtype, dshift, k * hidden + j, v); });
     if (dscale)
-      segment_sums<T, T>(
+      segment_sums<T>(
           plan, table_rows, hidden,
           [&](int64_t r, int64_t j, auto& sum) {
             float n = xj::mul(rstd[r], at<T>(x, r * hidden + j));
@@ -149,7 +149,8 @@ void rms_norm_weight_grad_model(DType dtype, const void* grad, const void* x, co
   with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
     using Sum = typename xj::SumFor<T>::type;
-    std::vector<Sum> fold(static_cast<size_t>(hidden)), partial(static_cast<size_t>(hidden));
+    std::vector<xj::CompensatedSum> fold(static_cast<size_t>(hidden));  // segment_fold's
+    std::vector<Sum> partial(static_cast<size_t>(hidden));
     for (int64_t first = 0; first < rows; first += kTilePositions) {
       std::fill(partial.begin(), partial.end(), Sum{});
       for (int64_t r = first; r < std::min(first + kTilePositions, rows); ++r) {
@@ -171,16 +172,14 @@ void adaln_row_gather_backward_model(DType dtype, DType out_dtype, const void* g
                                      int64_t table_rows, int64_t hidden, void* d_rows) {
   const int64_t seq = static_cast<int64_t>(keys.size());
   with_storage(dtype, [&](auto tag) {
-    with_storage(out_dtype, [&](auto out_tag) {
-      using T = decltype(tag);
-      segment_sums<T, decltype(out_tag)>(
-          segment_plan_model(keys, table_rows, 1), table_rows, 6 * hidden,
-          [&](int64_t s, int64_t column, auto& sum) {
-            const int64_t c = column / hidden, j = column % hidden;
-            sum.add(at<T>(grad, (c * seq + s) * hidden + j));
-          },
-          [&](int64_t k, int64_t column, float v) { put(out_dtype, d_rows, k * 6 * hidden + column, v); });
-    });
+    using T = decltype(tag);
+    segment_sums<T>(
+        segment_plan_model(keys, table_rows, 1), table_rows, 6 * hidden,
+        [&](int64_t s, int64_t column, auto& sum) {
+          const int64_t c = column / hidden, j = column % hidden;
+          sum.add(at<T>(grad, (c * seq + s) * hidden + j));
+        },
+        [&](int64_t k, int64_t column, float v) { put(out_dtype, d_rows, k * 6 * hidden + column, v); });
   });
 }
 

@@ -1,10 +1,10 @@
 // Segment sums, last step: out[k, J] = rT(sum over row k's tiles t, ascending, of
-// partials[t, J]), summed from zero (xj::SumFor<T>: compensated when out is fp32); a row without
-// positions gets 0. Without a
+// partials[t, J]), summed from zero, always compensated (it reads only the partials, so it is
+// cheap, and a bf16 result then stays the rounding of the fp32 one); a row without positions
+// gets 0. Without a
 // tile table (weight gradients: contiguous tiles of rows) there is one row of `tiles` tiles.
 namespace segment_fold {
 typedef xj::StorageOf<spec::kDType>::type T;
-typedef xj::SumFor<T>::type Sum;
 constexpr int kThreads = 256;
 }  // namespace segment_fold
 
@@ -17,7 +17,7 @@ XJ_ENTRY(const float* __restrict__ partials, const int* __restrict__ row_tile_st
   if (column >= width) return;
   const long long first = row_tile_start ? row_tile_start[row] : 0;
   const long long last = row_tile_start ? row_tile_start[row + 1] : tiles;
-  Sum sum;
+  xj::CompensatedSum sum;
   for (long long t = first; t < last; ++t) sum.add(partials[t * width + column]);
   out[row * width + column] = xj::round_to<T>(sum.value());
 }

@@ -5,9 +5,12 @@
 //   - a kernel-cache memory hit, alone and under contention (single flight)
 //   - a disk hit: a fresh KernelCache finding the compiled kernel on disk (NVRTC not loaded)
 //   - with a GPU: a cached gate_residual call (S = 1) through the C++ API and through the C ABI
-//     against a bare cuLaunchKernel of the same cubin (the difference is exactjit's dispatch)
+//     against a bare cuLaunchKernel of the same cubin (the difference is exactjit's dispatch),
+//     and the cuCtxGetCurrent that the dispatch adds to the bare launch
+//   - with --fake_driver (no GPU needed): the same against tests/support's counting fake driver,
+//     which also reports the driver calls per launch (driver_calls)
 //
-//   bench_host [--benchmark_filter=...] [--benchmark_format=json]
+//   bench_host [--fake_driver] [--benchmark_filter=...] [--benchmark_format=json]
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
 #include "kernels/gate_residual.hpp"
@@ -19,6 +22,7 @@
 #include "runtime/driver.hpp"
 #include "runtime/kernel_cache.hpp"
 #include "runtime/module_table.hpp"
+#include "tests/support/fake_cuda.hpp"
 #include "tests/support/fake_tensor.hpp"
 
 #include <benchmark/benchmark.h>
@@ -28,6 +32,8 @@
 #include <llvm/Support/Path.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <unordered_map>
 
 namespace exactjit {
@@ -113,7 +119,9 @@ void BM_DiskHitFreshCache(benchmark::State& state) {
 }
 BENCHMARK(BM_DiskHitFreshCache)->Unit(benchmark::kMicrosecond);
 
-// --- dispatch on a GPU: the same S = 1 gate_residual launch three ways ----------------------
+// --- dispatch on a GPU or the fake driver: the same S = 1 gate_residual launch three ways ------
+
+std::optional<test::FakeCuda> g_fake_driver;  // set by --fake_driver
 
 struct DispatchSetup {
   const Driver* cu = nullptr;
@@ -186,21 +194,34 @@ DispatchSetup& dispatch_setup() {
     auto errors = allocate_error_record(*d->cu, d->context);
     if (!errors) fail(errors.takeError());
     d->errors = *errors;
+    // The first call of each API loads its kernel: made here, so no timed iteration compiles.
+    const Status first = d->runtime.gate_residual(d->residual, d->gate, d->index, d->y, d->out, nullptr);
+    if (!first.ok()) fail(llvm::createStringError(llvm::inconvertibleErrorCode(), first.message()));
+    if (xj_gate_residual(d->c_runtime, &d->residual, &d->gate, &d->index, &d->y, &d->out, nullptr) != XJ_OK)
+      fail(llvm::createStringError(llvm::inconvertibleErrorCode(), xj_last_error()));
     return d;
   }();
   return *setup;
 }
 
 // Launches `count` calls, waiting for the stream every 256 so the launch queue never fills.
+// With the fake driver, also counts the driver calls per launch (the synchronisations are the loop's).
 template <typename Launch> void dispatch_loop(benchmark::State& state, Launch launch) {
   DispatchSetup& d = dispatch_setup();
   ScopedContext scope(*d.cu, d.context);
+  const auto launch_driver_calls = [] {
+    return g_fake_driver->calls() - g_fake_driver->calls("cuStreamSynchronize");
+  };
+  const long driver_calls_before = g_fake_driver ? launch_driver_calls() : 0;
   int64_t calls = 0;
   for (auto _ : state) {
     if (!launch(d)) state.SkipWithError("launch failed");
     if (++calls % 256 == 0) d.cu->cuStreamSynchronize(nullptr);
   }
   d.cu->cuStreamSynchronize(nullptr);
+  if (g_fake_driver)
+    state.counters["driver_calls"] = benchmark::Counter(
+        static_cast<double>(launch_driver_calls() - driver_calls_before), benchmark::Counter::kAvgIterations);
 }
 
 void BM_DispatchCxxApi(benchmark::State& state) {
@@ -230,17 +251,29 @@ void BM_DispatchBareLaunch(benchmark::State& state) {
   });
 }
 
+// The one driver call the dispatch adds to the bare launch when the context is already current:
+// what it costs decides whether that check is worth avoiding on this machine's driver.
+void BM_DispatchContextQuery(benchmark::State& state) {
+  dispatch_loop(state, [](DispatchSetup& d) {
+    CUcontext current = nullptr;
+    return d.cu->cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == d.context;
+  });
+}
+
 }  // namespace
 }  // namespace exactjit
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
-  if (exactjit::Driver::available()) {  // the dispatch comparison needs a GPU
+  for (int i = 1; i < argc; ++i)  // Initialize left the flags it does not know
+    if (std::strcmp(argv[i], "--fake_driver") == 0) exactjit::g_fake_driver.emplace();  // before any driver use
+  if (exactjit::Driver::available()) {  // the dispatch comparison needs a GPU or the fake
     benchmark::RegisterBenchmark("BM_DispatchBareLaunch", exactjit::BM_DispatchBareLaunch)->UseRealTime();
+    benchmark::RegisterBenchmark("BM_DispatchContextQuery", exactjit::BM_DispatchContextQuery)->UseRealTime();
     benchmark::RegisterBenchmark("BM_DispatchCxxApi", exactjit::BM_DispatchCxxApi)->UseRealTime();
     benchmark::RegisterBenchmark("BM_DispatchCAbi", exactjit::BM_DispatchCAbi)->UseRealTime();
   } else {
-    fmt::print(stderr, "bench_host: no GPU: the dispatch benchmarks are not registered\n");
+    fmt::print(stderr, "bench_host: no GPU: the dispatch benchmarks are not registered (--fake_driver runs them)\n");
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

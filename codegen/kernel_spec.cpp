@@ -126,14 +126,10 @@ std::string KernelSpec::stem() const {
 }
 
 size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
-  // FNV-1a over the fields: the hot path hashes a spec on every call, so no strings here.
+  // The hot path hashes a spec on every call: one multiply per 64-bit word of fields, not per
+  // byte, then a murmur3 finalizer so every field reaches the low bits.
   uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](uint64_t v) {
-    for (int byte = 0; byte < 8; ++byte) {
-      h ^= (v >> (8 * byte)) & 0xFF;
-      h *= 1099511628211ull;
-    }
-  };
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x9E3779B97F4A7C15ull; };
   mix(static_cast<uint64_t>(s.op) | static_cast<uint64_t>(s.dtype) << 8 |
       static_cast<uint64_t>(s.index) << 16 | static_cast<uint64_t>(s.target.ptx) << 24 |
       static_cast<uint64_t>(s.weighted) << 32);
@@ -141,6 +137,9 @@ size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
   mix(static_cast<uint64_t>(s.table_stride));
   mix(static_cast<uint64_t>(s.vec) << 32 | static_cast<uint32_t>(s.target.sm));
   mix(static_cast<uint64_t>(s.out_features) ^ static_cast<uint64_t>(s.silu) << 62 ^ static_cast<uint64_t>(s.row_tile) << 48);
+  h ^= h >> 33;
+  h *= 0xFF51AFD7ED558CCDull;
+  h ^= h >> 33;
   return static_cast<size_t>(h);
 }
 

@@ -10,7 +10,7 @@ namespace {
 constexpr int kMaxDims = 8;
 }  // namespace
 
-llvm::Error invalid(ArgName name, const std::string& rule) {
+llvm::Error invalid(const ArgName& name, const std::string& rule) {
   return make_error(ErrorCode::InvalidArgument, fmt::format("{}: {} {}", name.op, name.arg, rule));
 }
 
@@ -36,7 +36,7 @@ std::string shape_string(const DLTensor& t) {
   return text + (t.ndim == 1 ? ",)" : ")");
 }
 
-llvm::Error require_cuda(ArgName name, const DLTensor& t) {
+llvm::Error require_cuda(const ArgName& name, const DLTensor& t) {
   if (t.device.device_type != kDLCUDA)
     return invalid(name, fmt::format("must be a CUDA device tensor (DLPack device type {}, got {})",
                                      static_cast<int>(kDLCUDA), static_cast<int>(t.device.device_type)));
@@ -83,7 +83,7 @@ llvm::Error require_cuda_on_one_device(std::string_view op, llvm::ArrayRef<Named
   return llvm::Error::success();
 }
 
-llvm::Expected<DType> float_dtype(ArgName name, const DLTensor& t) {
+llvm::Expected<DType> float_dtype(const ArgName& name, const DLTensor& t) {
   if (t.dtype.lanes == 1) {
     if (t.dtype.code == kDLFloat && t.dtype.bits == 32) return DType::F32;
     if (t.dtype.code == kDLFloat && t.dtype.bits == 16) return DType::F16;
@@ -93,7 +93,7 @@ llvm::Expected<DType> float_dtype(ArgName name, const DLTensor& t) {
                                    t.dtype.code, t.dtype.bits, t.dtype.lanes));
 }
 
-llvm::Expected<IndexType> index_dtype(ArgName name, const DLTensor& t) {
+llvm::Expected<IndexType> index_dtype(const ArgName& name, const DLTensor& t) {
   if (t.dtype.lanes == 1 && t.dtype.code == kDLInt) {
     if (t.dtype.bits == 32) return IndexType::I32;
     if (t.dtype.bits == 64) return IndexType::I64;

@@ -14,13 +14,14 @@
 
 namespace exactjit {
 
-/// Names an argument of an op for messages: "<op>: <arg> ...".
+/// Names an argument of an op for messages: "<op>: <arg> ...". Taken by reference: the checks
+/// read it only to report a failure, and copying it into every call was measurable per launch.
 struct ArgName {
   std::string_view op;
   std::string_view arg;
 };
 
-llvm::Error invalid(ArgName name, const std::string& rule);
+llvm::Error invalid(const ArgName& name, const std::string& rule);
 
 int64_t element_count(const DLTensor& t);
 /// Row-major compact (strides may be null); size-1 dimensions may have any stride.
@@ -37,7 +38,7 @@ inline int64_t stride_of(const DLTensor& t, int dim) {
 }
 
 /// A CUDA tensor (kDLCUDA) with a non-null pointer aligned to its element size.
-llvm::Error require_cuda(ArgName name, const DLTensor& t);
+llvm::Error require_cuda(const ArgName& name, const DLTensor& t);
 struct NamedTensor {
   std::string_view name;
   const DLTensor* tensor;
@@ -47,9 +48,9 @@ struct NamedTensor {
 llvm::Error require_cuda_on_one_device(std::string_view op, llvm::ArrayRef<NamedTensor> tensors);
 
 /// The storage dtype of a floating-point tensor (bf16, fp16, fp32, one lane).
-llvm::Expected<DType> float_dtype(ArgName name, const DLTensor& t);
+llvm::Expected<DType> float_dtype(const ArgName& name, const DLTensor& t);
 /// The index type of an int32/int64 tensor.
-llvm::Expected<IndexType> index_dtype(ArgName name, const DLTensor& t);
+llvm::Expected<IndexType> index_dtype(const ArgName& name, const DLTensor& t);
 std::string shape_string(const DLTensor& t);
 /// Byte ranges [address, address + extent) of two tensors intersect.
 bool overlaps(const DLTensor& a, const DLTensor& b);

@@ -133,13 +133,13 @@ long long xj_rms_norm_backward_workspace_bytes(long long rows, long long seq, lo
 
 exactjit_status_t xj_rms_norm_backward(xj_runtime* runtime, const DLTensor* grad, const DLTensor* x,
                                        const DLTensor* weight, const DLTensor* scale, const DLTensor* index,
-                                       const DLTensor* rstd, const DLTensor* dx, const DLTensor* dweight,
+                                       const DLTensor* rstd, double eps, const DLTensor* dx, const DLTensor* dweight,
                                        const DLTensor* dshift, const DLTensor* dscale, const DLTensor* workspace,
                                        void* stream) {
   if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "rms_norm_backward: runtime must not be NULL");
   if (!grad || !x || !rstd)
     return fail(XJ_ERROR_INVALID_ARGUMENT, "rms_norm_backward: grad, x and rstd must not be NULL");
-  return finish(runtime->runtime.rms_norm_backward(*grad, *x, weight, scale, index, *rstd, dx, dweight, dshift, dscale,
+  return finish(runtime->runtime.rms_norm_backward(*grad, *x, weight, scale, index, *rstd, eps, dx, dweight, dshift, dscale,
                                                    workspace, stream));
 }
 

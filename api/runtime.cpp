@@ -249,11 +249,12 @@ Status Runtime::gate_residual_backward(const DLTensor& grad, const DLTensor& gat
 }
 
 Status Runtime::rms_norm_backward(const DLTensor& grad, const DLTensor& x, const DLTensor* weight,
-                                  const DLTensor* scale, const DLTensor* index, const DLTensor& rstd, const DLTensor* dx,
+                                  const DLTensor* scale, const DLTensor* index, const DLTensor& rstd, double eps,
+                                  const DLTensor* dx,
                                   const DLTensor* dweight, const DLTensor* dshift, const DLTensor* dscale,
                                   const DLTensor* workspace, void* stream) {
   auto sequence =
-      plan_rms_norm_backward({grad, x, weight, scale, index, rstd, dx, dweight, dshift, dscale, workspace});
+      plan_rms_norm_backward({grad, x, weight, scale, index, rstd, eps, dx, dweight, dshift, dscale, workspace});
   if (!sequence) return to_status(sequence.takeError());
   return to_status(impl_->launch(*sequence, stream));
 }

@@ -25,6 +25,7 @@ struct Output {
 };
 
 constexpr uint8_t kPoison = 0xFF;
+constexpr double kEps = 1e-5;  // rms_norm's
 
 // Runs `call` twice; each output must equal the model and both runs must agree, bit for bit.
 llvm::Expected<CaseOutcome> judge_backward(Runtime& runtime, int device_id, const std::function<Status()>& call,
@@ -171,7 +172,7 @@ llvm::Expected<CaseOutcome> run_rms_norm_backward_case(Runtime& runtime, int dev
   // The forward gives the rstd the backward uses; the models take it from the device too.
   const Status forward = runtime.rms_norm(t_x, c.weighted ? &t_weight : nullptr, modulated ? &t_shift : nullptr,
                                           modulated ? &t_scale : nullptr, modulated ? &t_index : nullptr, t_out,
-                                          &t_rstd, 1e-5, nullptr);
+                                          &t_rstd, kEps, nullptr);
   const Status forward_sync = runtime.synchronize(device_id, nullptr);
   if (!forward.ok() || (c.bad_position < 0 && !forward_sync.ok())) {
     CaseOutcome outcome;
@@ -190,7 +191,7 @@ llvm::Expected<CaseOutcome> run_rms_norm_backward_case(Runtime& runtime, int dev
     if (k < 0) continue;
     const uint8_t* scale_row = modulated ? &table[static_cast<size_t>(k * c.table_stride) * elem + row_bytes] : nullptr;
     rms_norm_dx_row_model(c.dtype, &grad[r * row_bytes], &x[r * row_bytes], c.weighted ? weight.data() : nullptr,
-                          scale_row, c.hidden, rstd[r], &outputs[0].expected[r * row_bytes]);
+                          scale_row, c.hidden, rstd[r], kEps, &outputs[0].expected[r * row_bytes]);
   }
   if (c.weighted) {
     outputs.push_back({"dweight", &*d_dweight, std::vector<uint8_t>(weight.size()), elem});
@@ -208,7 +209,7 @@ llvm::Expected<CaseOutcome> run_rms_norm_backward_case(Runtime& runtime, int dev
       runtime, device_id,
       [&] {
         return runtime.rms_norm_backward(t_grad, t_x, c.weighted ? &t_weight : nullptr, modulated ? &t_scale : nullptr,
-                                         modulated ? &t_index : nullptr, t_rstd, &t_dx,
+                                         modulated ? &t_index : nullptr, t_rstd, kEps, &t_dx,
                                          c.weighted ? &t_dweight : nullptr, modulated ? &t_dshift : nullptr,
                                          modulated ? &t_dscale : nullptr, &t_ws, nullptr);
       },

@@ -85,9 +85,10 @@ void gate_residual_backward_model(DType dtype, const void* grad, const void* gat
 }
 
 void rms_norm_dx_row_model(DType dtype, const void* grad_row, const void* x_row, const void* weight,
-                           const void* scale_row, int64_t hidden, float rstd, void* dx_row) {
+                           const void* scale_row, int64_t hidden, float rstd, double eps, void* dx_row) {
   with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
+    constexpr bool exact_rstd = sizeof(T) == 4;  // fp32: rstd recomputed in fp64 (see the template)
     // wd(j) = w * d_n as the kernel rounds it; `lo` receives its rounding error (see the template).
     auto wd = [&](int64_t j, float* lo) {
       const float grad = at<T>(grad_row, j);
@@ -109,13 +110,27 @@ void rms_norm_dx_row_model(DType dtype, const void* grad_row, const void* x_row,
       a = wd(j, nullptr);
       b = at<T>(x_row, j);
     });
-    const float coef = xj::div(xj::mul(xj::mul(xj::mul(rstd, rstd), rstd), dot), static_cast<float>(hidden));
+    float r = rstd, r_lo = 0.0f, coef;
+    if (exact_rstd) {
+      const double squares = block_reduce_model<double>(hidden, [&](int64_t j, double& s) {
+        const double v = at<T>(x_row, j);
+        s = xj::add(s, xj::mul(v, v));
+      });
+      const double h = static_cast<double>(hidden);
+      const double rd = xj::div(1.0, xj::sqrt_rn(xj::add(xj::div(squares, h), eps)));
+      r = xj::to_float(rd);
+      r_lo = xj::to_float(xj::add(rd, -static_cast<double>(r)));
+      coef = xj::to_float(xj::div(xj::mul(xj::mul(xj::mul(rd, rd), rd), static_cast<double>(dot)), h));
+    } else {
+      coef = xj::div(xj::mul(xj::mul(xj::mul(r, r), r), dot), static_cast<float>(hidden));
+    }
     for (int64_t j = 0; j < hidden; ++j) {
       float lo = 0.0f;
       const float product = wd(j, &lo);
       float small = xj::mul(-at<T>(x_row, j), coef);
-      if (scale_row || weight) small = xj::fma(rstd, lo, small);
-      put(dtype, dx_row, j, xj::fma(rstd, product, small));
+      if (exact_rstd) small = xj::fma(r_lo, product, small);
+      if (scale_row || weight) small = xj::fma(r, lo, small);
+      put(dtype, dx_row, j, xj::fma(r, product, small));
     }
   });
 }

@@ -32,6 +32,12 @@ struct LaunchPlan {
     std::memcpy(&bits, &value, sizeof bits);
     push(bits);
   }
+  /// A 64-bit float parameter.
+  void push_double(double value) {
+    uint64_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    push(bits);
+  }
 };
 
 /// The launches of one multi-kernel op (a backward: plan, tiles, folds), run in order on one

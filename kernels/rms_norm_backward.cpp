@@ -10,6 +10,7 @@
 #include <llvm/ADT/SmallVector.h>
 
 #include <climits>
+#include <cmath>
 
 namespace exactjit {
 namespace {
@@ -50,6 +51,7 @@ int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_row
 llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs& a) {
   const bool modulated = a.scale || a.index;
   if (modulated && !(a.scale && a.index)) return invalid(arg("scale"), "scale and index must be given together");
+  if (!std::isfinite(a.eps) || a.eps < 0) return invalid(arg("eps"), fmt::format("must be finite and >= 0 (got {})", a.eps));
   if (a.dweight && !a.weight) return invalid(arg("dweight"), "needs the forward's weight");
   if ((a.dshift || a.dscale) && !modulated) return invalid(arg("dshift"), "dshift/dscale need scale and index");
   llvm::SmallVector<NamedTensor, 12> tensors = {{"grad", &a.grad}, {"x", &a.x}, {"rstd", &a.rstd}};
@@ -137,8 +139,9 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
                                       table_stride, 4, a.weight != nullptr);
     if (rows > INT_MAX) return invalid(arg("x"), fmt::format("has too many rows ({}) for one launch", rows));
     LaunchPlan& dx = sequence.add(spec, device, static_cast<uint32_t>(rows), codegen::backward_threads(spec));
-    for (uint64_t v : {data_address(a.grad), data_address(a.x), weight, scale, index, data_address(a.rstd),
-                       data_address(*a.dx), static_cast<uint64_t>(rows), static_cast<uint64_t>(seq),
+    for (uint64_t v : {data_address(a.grad), data_address(a.x), weight, scale, index, data_address(a.rstd)}) dx.push(v);
+    dx.push_double(a.eps);
+    for (uint64_t v : {data_address(*a.dx), static_cast<uint64_t>(rows), static_cast<uint64_t>(seq),
                        static_cast<uint64_t>(table_rows)})
       dx.push(v);
   }

@@ -1,7 +1,7 @@
 // exactjit host model of the rms_norm kernels' row reduction (NUMERICS.md), shared by the forward
-// (sum of squares) and backward (dot of w * d_n with x) models: 128 threads over 4-element
-// vectors v = t, t+128, ... with one fma chain each, the warps' shfl_down tree, then
-// (w0 + w2) + (w1 + w3).
+// (sum of squares) and backward (dot of w * d_n with x; fp32: the fp64 sum of squares) models:
+// 128 threads over 4-element vectors v = t, t+128, ... with one chain each, the warps' shfl_down
+// tree, then (w0 + w2) + (w1 + w3).
 #pragma once
 
 #include "templates/numerics.cuh"
@@ -11,24 +11,21 @@
 
 namespace exactjit {
 
-/// The block's total of fma(a_j, b_j, s) over the row, `pair(j, a, b)` giving element j's factors.
-template <typename Pair> float block_fma_reduce_model(int64_t hidden, Pair pair) {
+/// The block's total over the row of V accumulators, `step(j, s)` adding element j to a thread's
+/// s (from 0), reduced with xj::add of V.
+template <typename V, typename Step> V block_reduce_model(int64_t hidden, Step step) {
   constexpr int kThreads = 128, kLanes = 32;
-  float warp_totals[kThreads / kLanes];
+  V warp_totals[kThreads / kLanes];
   for (int w = 0; w < kThreads / kLanes; ++w) {
-    float lanes[kLanes];
-    for (int lane = 0; lane < kLanes; ++lane) {  // each thread's fma chain
-      float s = 0.0f;
+    V lanes[kLanes];
+    for (int lane = 0; lane < kLanes; ++lane) {  // each thread's chain
+      V s = 0;
       for (int64_t v = w * kLanes + lane; v < hidden / 4; v += kThreads)
-        for (int e = 0; e < 4; ++e) {
-          float a = 0, b = 0;
-          pair(4 * v + e, a, b);
-          s = xj::fma(a, b, s);
-        }
+        for (int e = 0; e < 4; ++e) step(4 * v + e, s);
       lanes[lane] = s;
     }
     for (int offset = 16; offset > 0; offset /= 2) {  // shfl_down tree (lanes past 31 read themselves)
-      float next[kLanes];
+      V next[kLanes];
       for (int lane = 0; lane < kLanes; ++lane)
         next[lane] = xj::add(lanes[lane], lanes[lane + offset < kLanes ? lane + offset : lane]);
       std::memcpy(lanes, next, sizeof lanes);
@@ -36,6 +33,15 @@ template <typename Pair> float block_fma_reduce_model(int64_t hidden, Pair pair)
     warp_totals[w] = lanes[0];
   }
   return xj::add(xj::add(warp_totals[0], warp_totals[2]), xj::add(warp_totals[1], warp_totals[3]));
+}
+
+/// The block's total of fma(a_j, b_j, s) over the row, `pair(j, a, b)` giving element j's factors.
+template <typename Pair> float block_fma_reduce_model(int64_t hidden, Pair pair) {
+  return block_reduce_model<float>(hidden, [&](int64_t j, float& s) {
+    float a = 0, b = 0;
+    pair(j, a, b);
+    s = xj::fma(a, b, s);
+  });
 }
 
 }  // namespace exactjit

@@ -179,6 +179,48 @@ XJ_HD float fma(float a, float b, float c) {
 #endif
 }
 
+// fp64 operations (rms_norm's backward recomputes rstd in fp64), one rounding each; to_float
+// rounds to nearest even. The host's double arithmetic is IEEE binary64 with the same roundings.
+XJ_HD double add(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+XJ_HD double mul(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+XJ_HD double div(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+XJ_HD double sqrt_rn(double a) {
+#if defined(__CUDA_ARCH__)
+  return __dsqrt_rn(a);
+#else
+  return __builtin_sqrt(a);
+#endif
+}
+
+XJ_HD float to_float(double v) {
+#if defined(__CUDA_ARCH__)
+  return __double2float_rn(v);
+#else
+  return canonical_nan_model(static_cast<float>(v));
+#endif
+}
+
 XJ_HD bool is_finite(float v) { return (float_to_bits(v) & 0x7F800000u) != 0x7F800000u; }
 
 // The rounding error of p = mul(a, b), exactly: a * b = p + product_error(a, b, p) (barring

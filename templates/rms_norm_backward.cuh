@@ -8,7 +8,14 @@
 //   4. coef = div(mul(mul(mul(rstd, rstd), rstd), dot), H)
 //   5. dx = rT(fma(rstd, wd, fma(rstd, wd_lo, mul(-x, coef))))  (plain, no weight: no wd_lo term)
 // Step 5 rounds rstd * w * d_n only once (the dominant term; x * coef is ~1/sqrt(H) of it), which
-// keeps dx at about one rounding from the exact value given rstd. Every operation is written out,
+// keeps dx at about one rounding from the exact value given rstd.
+// fp32 (kExactRstd): the forward's rstd (rsqrtf, bitwise eager's) is up to ~2 units off, a
+// shared error of the whole row that then dominates dx's. So the fp32 kernel recomputes it in
+// fp64 instead: squares = add(squares, mul(x, x)) per thread in the order of step 1 (exact
+// products), the same tree in fp64, rd = div(1, sqrt_rn(add(div(squares, H), eps))) with eps as
+// the caller's double; rstd = to_float(rd), rstd_lo = to_float(rd - rstd); coef =
+// to_float(div(mul(mul(mul(rd, rd), rd), dot), H)); and step 5 gains fma(rstd_lo, wd, .) inside.
+// bf16/fp16 keep the forward's rstd: their final rounding is 2^16 times coarser. Every operation is written out,
 // so nothing is left for the compiler to contract. The row's x, grad (and scale) stay in
 // registers across the barrier: one read of each.
 namespace rms_norm_backward {
@@ -22,6 +29,7 @@ constexpr int kQuads = spec::kHidden / 4;
 constexpr int kQuadsPerThread = (kQuads + kRowThreads - 1) / kRowThreads;
 constexpr bool kModulated = spec::kTableStride > 0;
 constexpr bool kHasLo = kModulated || spec::kWeighted;  // plain d_n = grad is exact
+constexpr bool kExactRstd = sizeof(T) == 4;                // fp32
 
 static_assert(spec::kHidden % 4 == 0, "rms_norm needs H % 4 == 0");
 
@@ -53,11 +61,12 @@ __device__ __forceinline__ float weighted_grad(const Quad& g, const Quad& sc, co
 extern "C" __global__ void __launch_bounds__(rms_norm_backward::kRowThreads)
 XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward::T* __restrict__ x,
          const rms_norm_backward::T* __restrict__ weight, const rms_norm_backward::T* __restrict__ scale,
-         const rms_norm_backward::Index* __restrict__ index, const float* __restrict__ rstd,
+         const rms_norm_backward::Index* __restrict__ index, const float* __restrict__ rstd, double eps,
          rms_norm_backward::T* __restrict__ dx, long long rows, long long seq, long long table_rows,
          xj::ErrorRecord* errors) {
   using namespace rms_norm_backward;
   __shared__ float warp_sums[4];
+  __shared__ double warp_squares[4];
   const long long row = blockIdx.x;
   const int t = threadIdx.x;
   bool live = true;
@@ -72,6 +81,7 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
   const T* scale_row = scale + i * spec::kTableStride;
   Quad xq[kQuadsPerThread], gq[kQuadsPerThread], sq[kQuadsPerThread], wq[kQuadsPerThread];
   float dot = 0.0f;
+  double squares = 0.0;
 #pragma unroll
   for (int k = 0; k < kQuadsPerThread; ++k) {
     const int v = t + k * kRowThreads;
@@ -86,13 +96,27 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
   for (int k = 0; k < kQuadsPerThread; ++k) {
     if (live && in_row(k)) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dot = xj::fma(weighted_grad(gq[k], sq[k], wq[k], e), xj::to_float(xq[k].v[e]), dot);
+      for (int e = 0; e < 4; ++e) {
+        const float xv = xj::to_float(xq[k].v[e]);
+        dot = xj::fma(weighted_grad(gq[k], sq[k], wq[k], e), xv, dot);
+        if (kExactRstd) squares = xj::add(squares, xj::mul((double)xv, (double)xv));
+      }
     }
   }
   const float total = xj::row_sum_128(dot, warp_sums);
+  const double sum_squares = kExactRstd ? xj::row_sum_128(squares, warp_squares) : 0.0;
   if (!live) return;
-  const float r = rstd[row];
-  const float coef = xj::div(xj::mul(xj::mul(xj::mul(r, r), r), total), (float)spec::kHidden);
+  float r, r_lo = 0.0f, coef;
+  if (kExactRstd) {
+    const double h = (double)spec::kHidden;
+    const double rd = xj::div(1.0, xj::sqrt_rn(xj::add(xj::div(sum_squares, h), eps)));
+    r = xj::to_float(rd);
+    r_lo = xj::to_float(xj::add(rd, -(double)r));
+    coef = xj::to_float(xj::div(xj::mul(xj::mul(xj::mul(rd, rd), rd), (double)total), h));
+  } else {
+    r = rstd[row];
+    coef = xj::div(xj::mul(xj::mul(xj::mul(r, r), r), total), (float)spec::kHidden);
+  }
   T* dx_row = dx + row * spec::kHidden;
 #pragma unroll
   for (int k = 0; k < kQuadsPerThread; ++k) {
@@ -103,6 +127,7 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
         float wd_lo = 0.0f;
         const float wd = weighted_grad(gq[k], sq[k], wq[k], e, kHasLo ? &wd_lo : nullptr);
         float small = xj::mul(-xj::to_float(xq[k].v[e]), coef);
+        if (kExactRstd) small = xj::fma(r_lo, wd, small);
         if (kHasLo) small = xj::fma(r, wd_lo, small);
         out.v[e] = xj::round_to<T>(xj::fma(r, wd, small));
       }

@@ -109,11 +109,12 @@ XJ_API exactjit_status_t xj_gate_residual_backward(xj_runtime* runtime, const DL
 XJ_API long long xj_rms_norm_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
                                                      long long hidden, int weighted);
 /* grad, x: like the forward's x; weight: the forward's or NULL; scale, index: the forward's (both
- * or neither; the modulated form); rstd (M,) float32 saved by the forward. Outputs: dx like x;
+ * or neither; the modulated form); rstd (M,) float32 saved by the forward and eps the forward's
+ * (fp32 dx recomputes rstd in fp64 with it). Outputs: dx like x;
  * dweight (H,) in the weight's dtype; dshift, dscale (R, H) contiguous in the table's dtype. */
 XJ_API exactjit_status_t xj_rms_norm_backward(xj_runtime* runtime, const DLTensor* grad, const DLTensor* x,
                                               const DLTensor* weight, const DLTensor* scale,
-                                              const DLTensor* index, const DLTensor* rstd,
+                                              const DLTensor* index, const DLTensor* rstd, double eps,
                                               const DLTensor* dx, const DLTensor* dweight,
                                               const DLTensor* dshift, const DLTensor* dscale,
                                               const DLTensor* workspace, void* stream);

@@ -101,9 +101,10 @@ class Runtime {
                                 const DLTensor* d_y, const DLTensor* d_gate, const DLTensor* workspace, void* stream);
 
   /// dx like x; dweight (H,); dshift, dscale (R, H) contiguous; from the forward's x, weight,
-  /// scale and index (both or neither) and rstd.
+  /// scale and index (both or neither), rstd and eps (fp32 dx recomputes rstd in fp64 with eps).
   Status rms_norm_backward(const DLTensor& grad, const DLTensor& x, const DLTensor* weight, const DLTensor* scale,
-                           const DLTensor* index, const DLTensor& rstd, const DLTensor* dx, const DLTensor* dweight,
+                           const DLTensor* index, const DLTensor& rstd, double eps, const DLTensor* dx,
+                           const DLTensor* dweight,
                            const DLTensor* dshift, const DLTensor* dscale, const DLTensor* workspace, void* stream);
 
   /// grad (6, S, H) -> d_rows (3T, 6H) contiguous in grad's dtype or float32.

@@ -58,6 +58,7 @@ class RmsNorm(Function):
         out, rstd = rt._rms_norm(x, weight, eps, shift, scale, index, True)
         ctx.rt = rt
         ctx.save_for_backward(x, weight, scale, index, rstd)
+        ctx.eps = eps
         ctx.mark_non_differentiable(rstd)
         return out, rstd
 
@@ -69,7 +70,7 @@ class RmsNorm(Function):
             return None, None, None, None, None, None, None
         x, weight, scale, index, rstd = ctx.saved_tensors
         dx, dweight, dshift, dscale = ctx.rt.rms_norm_backward(
-            grad, x, weight, rstd, scale=scale, index=index, need_dx=need_x, need_dweight=need_weight,
+            grad, x, weight, rstd, ctx.eps, scale=scale, index=index, need_dx=need_x, need_dweight=need_weight,
             need_dshift=need_shift, need_dscale=need_scale)
         return None, dx, dweight, None, dshift, dscale, None
 

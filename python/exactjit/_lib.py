@@ -97,8 +97,8 @@ SIGNATURES = {
     "xj_gate_residual_backward": (c_int, [c_void_p] + [_tensor] * 7 + [c_void_p]),
     # rows, seq, table_rows, hidden, weighted
     "xj_rms_norm_backward_workspace_bytes": (c_longlong, [c_longlong] * 4 + [c_int]),
-    # runtime, grad, x, weight, scale, index, rstd, dx, dweight, dshift, dscale, workspace, stream
-    "xj_rms_norm_backward": (c_int, [c_void_p] + [_tensor] * 11 + [c_void_p]),
+    # runtime, grad, x, weight, scale, index, rstd, eps, dx, dweight, dshift, dscale, workspace, stream
+    "xj_rms_norm_backward": (c_int, [c_void_p] + [_tensor] * 6 + [c_double] + [_tensor] * 5 + [c_void_p]),
     # seq, table_rows, hidden
     "xj_adaln_row_gather_backward_workspace_bytes": (c_longlong, [c_longlong] * 3),
     # runtime, grad, timestep_indices, token_tags, d_rows, workspace, stream

@@ -464,13 +464,14 @@ class Runtime:
         _lib.check(status, "xj_gate_residual_backward")
         return d_y, d_gate
 
-    def rms_norm_backward(self, grad, x, weight, rstd, *, scale=None, index=None, need_dx=True, need_dweight=None,
+    def rms_norm_backward(self, grad, x, weight, rstd, eps, *, scale=None, index=None, need_dx=True, need_dweight=None,
                           need_dshift=None, need_dscale=None):
         """Gradients of rms_norm (plain, or modulated when scale and index are given) for the upstream
         `grad` (like x): returns (dx, dweight, dshift, dscale), each None when not asked for.
 
         x, weight (or None), scale, index: the forward's (the shift is not needed); rstd: the fp32
-        rstd the forward returned (return_rstd=True), one per row of x. need_dweight defaults to
+        rstd the forward returned (return_rstd=True), one per row of x; eps: the forward's (None:
+        FLT_EPSILON, as the forward; fp32 dx recomputes rstd in fp64 with it). need_dweight defaults to
         "weight is given", need_dshift and need_dscale to "modulated". dx like x; dweight (H,) in
         the weight's dtype; dshift, dscale (R, H) contiguous in the table's dtype (scale's), to be
         scattered into the table through the shift/scale views by the caller (autograd does it).
@@ -479,6 +480,8 @@ class Runtime:
         torch = _import_torch()
         op = "rms_norm_backward"
         _require_tensors(torch, op, grad=grad, x=x, rstd=rstd)
+        if eps is None:
+            eps = torch.finfo(torch.float32).eps
         for name, value in (("weight", weight), ("scale", scale), ("index", index)):
             if value is not None and not isinstance(value, torch.Tensor):
                 raise invalid_argument(f"{op}: {name} must be a torch.Tensor or None, got {type(value).__name__}")
@@ -510,7 +513,9 @@ class Runtime:
         stream = _current_stream(grad.get_device()) if grad.is_cuda else None
         packed, addresses = pack(torch, op, [n for n, _ in present], [t for _, t in present])
         by_name = dict(zip((n for n, _ in present), addresses))
-        status = fn(self._live(), *(by_name.get(n) for n in _RMS_NORM_BACKWARD_ARGS), stream)
+        args = [by_name.get(n) for n in _RMS_NORM_BACKWARD_ARGS]
+        at_eps = _RMS_NORM_BACKWARD_ARGS.index("rstd") + 1  # the C ABI's eps follows rstd
+        status = fn(self._live(), *args[:at_eps], float(eps), *args[at_eps:], stream)
         del packed
         _lib.check(status, "xj_rms_norm_backward")
         return dx, dweight, dshift, dscale

@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <random>
 
 namespace exactjit {
@@ -177,7 +179,7 @@ TEST(RmsNormBackwardValidation, ModulatedCallPlansEveryGradient) {
   FakeTensor dscale{8 * GiB, {9, H}, kBF16};
   FakeTensor workspace{9 * GiB, {rms_norm_backward_workspace(14, 7, 9, H, false)}, kU8};
   auto sequence = plan_rms_norm_backward(
-      {grad.t, x.t, nullptr, &scale.t, &index.t, rstd.t, &dx.t, nullptr, &dshift.t, &dscale.t, &workspace.t});
+      {grad.t, x.t, nullptr, &scale.t, &index.t, rstd.t, 1e-5, &dx.t, nullptr, &dshift.t, &dscale.t, &workspace.t});
   ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
   const Op expected[] = {Op::SegmentCount, Op::SegmentScan,       Op::SegmentScatter, Op::RmsNormBackward,
                          Op::RmsNormTableGrad, Op::SegmentFold, Op::SegmentFold};
@@ -186,10 +188,19 @@ TEST(RmsNormBackwardValidation, ModulatedCallPlansEveryGradient) {
   EXPECT_EQ(sequence->steps[3].grid, 14u);  // dx: one row per block
   // dweight without the forward's weight is refused.
   FakeTensor dweight{10 * GiB, {H}, kBF16};
-  EXPECT_NE(message_of(plan_rms_norm_backward({grad.t, x.t, nullptr, &scale.t, &index.t, rstd.t, &dx.t, &dweight.t,
-                                               nullptr, nullptr, &workspace.t}))
+  EXPECT_NE(message_of(plan_rms_norm_backward({grad.t, x.t, nullptr, &scale.t, &index.t, rstd.t, 1e-5, &dx.t,
+                                               &dweight.t, nullptr, nullptr, &workspace.t}))
                 .find("rms_norm_backward: dweight needs the forward's weight"),
             std::string::npos);
+  // eps must be what a forward accepts.
+  EXPECT_NE(message_of(plan_rms_norm_backward({grad.t, x.t, nullptr, &scale.t, &index.t, rstd.t, -1.0, &dx.t, nullptr,
+                                               &dshift.t, &dscale.t, &workspace.t}))
+                .find("rms_norm_backward: eps must be finite and >= 0"),
+            std::string::npos);
+  // The dx kernel takes eps as a double right after rstd.
+  double eps = 0;
+  std::memcpy(&eps, &sequence->steps[3].params[6], sizeof eps);
+  EXPECT_EQ(eps, 1e-5);
 }
 
 TEST(AdalnRowGatherBackwardValidation, PlansTwoIndexKeysAndSixChunks) {

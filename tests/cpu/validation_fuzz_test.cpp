@@ -118,7 +118,8 @@ TEST(ValidationFuzz, BackwardAndDetLinearPlannersNeverCrashOnGarbage) {
       case 1:
         expect_planned_or_invalid(
             plan_rms_norm_backward({t[0].get(), t[1].get(), t[2].maybe(rng), t[3].maybe(rng), t[4].maybe(rng),
-                                    t[5].get(), t[6].maybe(rng), t[7].maybe(rng), t[8].maybe(rng), t[9].maybe(rng),
+                                    t[5].get(), static_cast<double>(rng() % 3) * 1e-5 - 1e-5, t[6].maybe(rng),
+                                    t[7].maybe(rng), t[8].maybe(rng), t[9].maybe(rng),
                                     t[10].maybe(rng)}),
             i);
         break;

@@ -458,7 +458,7 @@ def rms_group(suite, data, hiddens, sizes):
                             if not ok:
                                 return False, f"forward through autograd differs from eager (no_grad): {fwd}"
                             parts = [detail, "forward = eager bitwise"]
-                            dx, dw, dsh, dsc = xj.runtime().rms_norm_backward(c.grad, c.x, c.weight, rstd, scale=scale,
+                            dx, dw, dsh, dsc = xj.runtime().rms_norm_backward(c.grad, c.x, c.weight, rstd, EPS, scale=scale,
                                                                                index=c.index)
                             pairs = [("dx vs rms_norm_backward", first[1], dx),
                                      ("dweight vs rms_norm_backward", first[2], dw)]
@@ -837,15 +837,15 @@ def bad_index_group(suite, data, h):
     with torch.no_grad():
         shift, scale = c.shift(c.table), c.scale(c.table)
         _, rstd = xj.rms_norm(c.x, None, EPS, shift=shift, scale=scale, index=c.index, return_rstd=True)
-    good = rt.rms_norm_backward(c.grad, c.x, None, rstd, scale=scale, index=c.index)
+    good = rt.rms_norm_backward(c.grad, c.x, None, rstd, EPS, scale=scale, index=c.index)
     xj.synchronize()
     for name, pos, value in (("index = 3T", 11, 3 * T), ("index = -1", s - 1, -1)):
         bad = c.index.clone()
         bad[pos] = value
 
         def case(bad=bad):
-            ok, detail = expect_error(xj, 5, lambda: rt.rms_norm_backward(c.grad, c.x, None, rstd, scale=scale,
-                                                                          index=bad), "rms_norm")
+            ok, detail = expect_error(xj, 5, lambda: rt.rms_norm_backward(c.grad, c.x, None, rstd, EPS,
+                                                                          scale=scale, index=bad), "rms_norm")
             if not ok:
                 return ok, detail
 

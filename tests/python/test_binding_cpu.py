@@ -150,7 +150,7 @@ class BindingWithoutGpu(unittest.TestCase):
             self.skipTest("this library has every backward entry point")
         calls = {
             "xj_gate_residual_backward": lambda rt: rt.gate_residual_backward(None, None, None, None),
-            "xj_rms_norm_backward": lambda rt: rt.rms_norm_backward(None, None, None, None),
+            "xj_rms_norm_backward": lambda rt: rt.rms_norm_backward(None, None, None, None, 1e-5),
             "xj_adaln_row_gather_backward": lambda rt: rt.adaln_row_gather_backward(None, None, None, 9),
             "xj_timestep_sinusoid_backward": lambda rt: rt.timestep_sinusoid_backward(None, None),
         }
@@ -245,7 +245,7 @@ class BindingWithoutGpu(unittest.TestCase):
             calls = {
                 "xj_gate_residual_backward": lambda: _lib.function("xj_gate_residual_backward")(
                     rt.handle, *[None] * 7, None),
-                "xj_rms_norm_backward": lambda: _lib.function("xj_rms_norm_backward")(rt.handle, *[None] * 11, None),
+                "xj_rms_norm_backward": lambda: _lib.function("xj_rms_norm_backward")(rt.handle, *[None] * 6, 1e-5, *[None] * 5, None),
                 "xj_adaln_row_gather_backward": lambda: _lib.function("xj_adaln_row_gather_backward")(
                     rt.handle, *[None] * 5, None),
                 "xj_timestep_sinusoid_backward": lambda: _lib.function("xj_timestep_sinusoid_backward")(
@@ -279,12 +279,12 @@ class BindingWithoutGpu(unittest.TestCase):
                 exactjit.rms_norm(residual, None, 1e-5)
         else:
             with self.assertRaises(exactjit.InvalidArgumentError) as caught:
-                rt.rms_norm_backward(y, y, None, torch.ones(4), need_dweight=True)
+                rt.rms_norm_backward(y, y, None, torch.ones(4), 1e-5, need_dweight=True)
             self.assertIn("weight", str(caught.exception))
             with self.assertRaises(exactjit.InvalidArgumentError) as caught:
-                rt.rms_norm_backward(y, y, None, torch.ones(4), need_dshift=True)
+                rt.rms_norm_backward(y, y, None, torch.ones(4), 1e-5, need_dshift=True)
             self.assertIn("scale", str(caught.exception))
-            self.assertEqual(rt.rms_norm_backward(y, y, None, torch.ones(4), need_dx=False), (None,) * 4)
+            self.assertEqual(rt.rms_norm_backward(y, y, None, torch.ones(4), 1e-5, need_dx=False), (None,) * 4)
         if "xj_gate_residual_backward" not in _lib.missing:
             self.assertEqual(rt.gate_residual_backward(y, table[:, :h], index, y, need_d_y=False,
                                                        need_d_gate=False), (None, None))

@@ -60,7 +60,7 @@ std::vector<std::string_view> op_templates(const KernelSpec& spec) {
     case Op::DetLinearWeightGrad: return {"det_linear_grad.cuh"};
     case Op::GateResidualBackward: return {"fixed_order_sum.cuh", "segment_tiles.cuh", "gate_residual_backward.cuh"};
     case Op::AdalnRowGatherBackward: return {"fixed_order_sum.cuh", "segment_tiles.cuh", "adaln_row_gather_backward.cuh"};
-    case Op::RmsNormBackward: return {"quad_io.cuh", "row_sum.cuh", "rms_norm_backward.cuh"};
+    case Op::RmsNormBackward: return {"quad_io.cuh", "fixed_order_sum.cuh", "row_sum.cuh", "rms_norm_backward.cuh"};
     case Op::RmsNormTableGrad:
     case Op::RmsNormWeightGrad: return {"quad_io.cuh", "fixed_order_sum.cuh", "segment_tiles.cuh", "rms_norm_param_grad.cuh"};
     case Op::TimestepSinusoidBackward: return {"row_sum.cuh", "timestep_sinusoid_backward.cuh"};

@@ -32,17 +32,14 @@ void put(DType dtype, void* data, int64_t k, float v) {
 
 // out(k, j) for every table row k and column j < width: the fold, from 0, of row k's tile
 // partials, each the sum from 0 of the terms add_term(row, j, sum) adds over the tile's rows in
-// plan order. Tiles accumulate as the kernels do for storage type T; the fold is compensated.
+// plan order; tiles and fold are compensated sums, as in the kernels.
 template <typename T, typename AddTerm, typename Put>
 void segment_sums(const SegmentPlanModel& plan, int64_t table_rows, int64_t width, AddTerm add_term, Put out) {
-  using TileSum = typename xj::SumFor<T>::type;
-  using FoldSum = xj::CompensatedSum;
-  std::vector<FoldSum> fold(static_cast<size_t>(width));
-  std::vector<TileSum> partial(static_cast<size_t>(width));
+  std::vector<xj::CompensatedSum> fold(static_cast<size_t>(width)), partial(static_cast<size_t>(width));
   for (int64_t k = 0; k < table_rows; ++k) {
-    std::fill(fold.begin(), fold.end(), FoldSum{});
+    std::fill(fold.begin(), fold.end(), xj::CompensatedSum{});
     for (int64_t t = plan.row_tile_start[k]; t < plan.row_tile_start[k + 1]; ++t) {
-      std::fill(partial.begin(), partial.end(), TileSum{});
+      std::fill(partial.begin(), partial.end(), xj::CompensatedSum{});
       for (int64_t row : segment_tile_rows(plan, t))
         for (int64_t j = 0; j < width; ++j) add_term(row, j, partial[j]);
       for (int64_t j = 0; j < width; ++j) fold[j].add(partial[j].value());
@@ -85,10 +82,9 @@ void gate_residual_backward_model(DType dtype, const void* grad, const void* gat
 }
 
 void rms_norm_dx_row_model(DType dtype, const void* grad_row, const void* x_row, const void* weight,
-                           const void* scale_row, int64_t hidden, float rstd, double eps, void* dx_row) {
+                           const void* scale_row, int64_t hidden, double eps, void* dx_row) {
   with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr bool exact_rstd = sizeof(T) == 4;  // fp32: rstd recomputed in fp64 (see the template)
     // wd(j) = w * d_n as the kernel rounds it; `lo` receives its rounding error (see the template).
     auto wd = [&](int64_t j, float* lo) {
       const float grad = at<T>(grad_row, j);
@@ -110,25 +106,19 @@ void rms_norm_dx_row_model(DType dtype, const void* grad_row, const void* x_row,
       a = wd(j, nullptr);
       b = at<T>(x_row, j);
     });
-    float r = rstd, r_lo = 0.0f, coef;
-    if (exact_rstd) {
-      const double squares = block_reduce_model<double>(hidden, [&](int64_t j, double& s) {
-        const double v = at<T>(x_row, j);
-        s = xj::add(s, xj::mul(v, v));
-      });
-      const double h = static_cast<double>(hidden);
-      const double rd = xj::div(1.0, xj::sqrt_rn(xj::add(xj::div(squares, h), eps)));
-      r = xj::to_float(rd);
-      r_lo = xj::to_float(xj::add(rd, -static_cast<double>(r)));
-      coef = xj::to_float(xj::div(xj::mul(xj::mul(xj::mul(rd, rd), rd), static_cast<double>(dot)), h));
-    } else {
-      coef = xj::div(xj::mul(xj::mul(xj::mul(r, r), r), dot), static_cast<float>(hidden));
-    }
+    const double squares = block_reduce_model<double, xj::CompensatedSum>(
+        hidden, [&](int64_t j, xj::CompensatedSum& s) { s.add_product(at<T>(x_row, j), at<T>(x_row, j)); },
+        [](const xj::CompensatedSum& s) { return static_cast<double>(s.value()); });
+    const double h = static_cast<double>(hidden);
+    const double rd = xj::div(1.0, xj::sqrt_rn(xj::add(xj::div(squares, h), eps)));
+    const float r = xj::to_float(rd);
+    const float r_lo = xj::to_float(xj::add(rd, -static_cast<double>(r)));
+    const float coef = xj::to_float(xj::div(xj::mul(xj::mul(xj::mul(rd, rd), rd), static_cast<double>(dot)), h));
     for (int64_t j = 0; j < hidden; ++j) {
       float lo = 0.0f;
       const float product = wd(j, &lo);
       float small = xj::mul(-at<T>(x_row, j), coef);
-      if (exact_rstd) small = xj::fma(r_lo, product, small);
+      small = xj::fma(r_lo, product, small);
       if (scale_row || weight) small = xj::fma(r, lo, small);
       put(dtype, dx_row, j, xj::fma(r, product, small));
     }
@@ -163,11 +153,9 @@ void rms_norm_weight_grad_model(DType dtype, const void* grad, const void* x, co
                                 void* dweight) {
   with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
-    using Sum = typename xj::SumFor<T>::type;
-    std::vector<xj::CompensatedSum> fold(static_cast<size_t>(hidden));  // segment_fold's
-    std::vector<Sum> partial(static_cast<size_t>(hidden));
+    std::vector<xj::CompensatedSum> fold(static_cast<size_t>(hidden)), partial(static_cast<size_t>(hidden));
     for (int64_t first = 0; first < rows; first += kTilePositions) {
-      std::fill(partial.begin(), partial.end(), Sum{});
+      std::fill(partial.begin(), partial.end(), xj::CompensatedSum{});
       for (int64_t r = first; r < std::min(first + kTilePositions, rows); ++r) {
         const int64_t k = scale ? keys[r % static_cast<int64_t>(keys.size())] : 0;
         if (k < 0) continue;

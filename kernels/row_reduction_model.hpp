@@ -1,5 +1,5 @@
 // exactjit host model of the rms_norm kernels' row reduction (NUMERICS.md), shared by the forward
-// (sum of squares) and backward (dot of w * d_n with x; fp32: the fp64 sum of squares) models:
+// (sum of squares) and backward (dot of w * d_n with x; compensated squares summed in fp64) models:
 // 128 threads over 4-element vectors v = t, t+128, ... with one chain each, the warps' shfl_down
 // tree, then (w0 + w2) + (w1 + w3).
 #pragma once
@@ -11,18 +11,19 @@
 
 namespace exactjit {
 
-/// The block's total over the row of V accumulators, `step(j, s)` adding element j to a thread's
-/// s (from 0), reduced with xj::add of V.
-template <typename V, typename Step> V block_reduce_model(int64_t hidden, Step step) {
+/// The block's total over the row: each thread's Chain (from its default) fed element j by
+/// `step(j, chain)`, turned into a V by `finish`, then reduced with xj::add of V.
+template <typename V, typename Chain, typename Step, typename Finish>
+V block_reduce_model(int64_t hidden, Step step, Finish finish) {
   constexpr int kThreads = 128, kLanes = 32;
   V warp_totals[kThreads / kLanes];
   for (int w = 0; w < kThreads / kLanes; ++w) {
     V lanes[kLanes];
     for (int lane = 0; lane < kLanes; ++lane) {  // each thread's chain
-      V s = 0;
+      Chain chain{};
       for (int64_t v = w * kLanes + lane; v < hidden / 4; v += kThreads)
-        for (int e = 0; e < 4; ++e) step(4 * v + e, s);
-      lanes[lane] = s;
+        for (int e = 0; e < 4; ++e) step(4 * v + e, chain);
+      lanes[lane] = finish(chain);
     }
     for (int offset = 16; offset > 0; offset /= 2) {  // shfl_down tree (lanes past 31 read themselves)
       V next[kLanes];
@@ -37,11 +38,14 @@ template <typename V, typename Step> V block_reduce_model(int64_t hidden, Step s
 
 /// The block's total of fma(a_j, b_j, s) over the row, `pair(j, a, b)` giving element j's factors.
 template <typename Pair> float block_fma_reduce_model(int64_t hidden, Pair pair) {
-  return block_reduce_model<float>(hidden, [&](int64_t j, float& s) {
-    float a = 0, b = 0;
-    pair(j, a, b);
-    s = xj::fma(a, b, s);
-  });
+  return block_reduce_model<float, float>(
+      hidden,
+      [&](int64_t j, float& s) {
+        float a = 0, b = 0;
+        pair(j, a, b);
+        s = xj::fma(a, b, s);
+      },
+      [](float s) { return s; });
 }
 
 }  // namespace exactjit

@@ -1,7 +1,5 @@
 // Segment sums, last step: out[k, J] = rT(sum over row k's tiles t, ascending, of
-// partials[t, J]), summed from zero, always compensated (it reads only the partials, so it is
-// cheap, and a bf16 result then stays the rounding of the fp32 one); a row without positions
-// gets 0. Without a
+// partials[t, J]), summed from zero, compensated; a row without positions gets 0. Without a
 // tile table (weight gradients: contiguous tiles of rows) there is one row of `tiles` tiles.
 namespace segment_fold {
 typedef xj::StorageOf<spec::kDType>::type T;

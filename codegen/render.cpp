@@ -55,9 +55,9 @@ std::vector<std::string_view> op_templates(const KernelSpec& spec) {
     case Op::AdalnRowGather: return {"adaln_row_gather.cuh"};
     case Op::RmsNorm: return {"quad_io.cuh", "row_sum.cuh", "rms_norm.cuh"};
     case Op::TimestepSinusoid: return {"timestep_sinusoid.cuh"};
-    case Op::DetLinear: return {spec.dtype == DType::F32 ? "det_linear_fp32.cuh" : "det_linear_bf16.cuh"};
+    case Op::DetLinear: return {"fixed_order_sum.cuh", spec.dtype == DType::F32 ? "det_linear_fp32.cuh" : "det_linear_bf16.cuh"};
     case Op::DetLinearInputGrad:
-    case Op::DetLinearWeightGrad: return {"det_linear_grad.cuh"};
+    case Op::DetLinearWeightGrad: return {"fixed_order_sum.cuh", "det_linear_grad.cuh"};
     case Op::GateResidualBackward: return {"fixed_order_sum.cuh", "segment_tiles.cuh", "gate_residual_backward.cuh"};
     case Op::AdalnRowGatherBackward: return {"fixed_order_sum.cuh", "segment_tiles.cuh", "adaln_row_gather_backward.cuh"};
     case Op::RmsNormBackward: return {"quad_io.cuh", "fixed_order_sum.cuh", "row_sum.cuh", "rms_norm_backward.cuh"};

@@ -3,6 +3,7 @@
 // kernels/segment_plan.hpp, so host layout and kernels cannot disagree.
 #include "codegen/geometry.hpp"
 #include "codegen/render.hpp"
+#include "kernels/det_linear.hpp"
 #include "kernels/segment_plan.hpp"
 
 #include <fmt/format.h>
@@ -26,6 +27,17 @@ std::string render_backward_constants(const KernelSpec& spec) {
 }
 
 std::string render_det_linear_constants(const KernelSpec& spec) {
+  std::string geometry;
+  if (spec.op == Op::DetLinear) {
+    const DetLinearGeometry g = det_linear_geometry(spec.dtype, spec.hidden, spec.out_features);
+    geometry = fmt::format(
+        "constexpr int kWarps = {warps};  // per block\n"
+        "constexpr int kColumnsPerWarp = {columns};\n"
+        "constexpr int kDepth = {depth};  // weight loads in flight per lane (fp32: groups; bf16: 32-wide chunks)\n"
+        "constexpr int kTileChunks = {tile};  // bf16: 32-wide chunks of x staged at a time\n",
+        fmt::arg("warps", g.warps), fmt::arg("columns", g.columns_per_warp), fmt::arg("depth", g.depth),
+        fmt::arg("tile", g.tile_chunks));
+  }
   return fmt::format(
       "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
       "constexpr int kInFeatures = {k};\n"
@@ -36,7 +48,7 @@ std::string render_det_linear_constants(const KernelSpec& spec) {
       "constexpr int kTargetArch = {arch};\n",
       fmt::arg("op_code", static_cast<int>(spec.op) + 1), fmt::arg("k", spec.hidden), fmt::arg("n", spec.out_features),
       fmt::arg("rows", spec.row_tile), fmt::arg("silu", spec.silu ? "true" : "false"),
-      fmt::arg("mode", spec.op == Op::DetLinearWeightGrad ? 1 : 0), fmt::arg("arch", spec.target.sm));
+      fmt::arg("mode", spec.op == Op::DetLinearWeightGrad ? 1 : 0), fmt::arg("arch", spec.target.sm)) + geometry;
 }
 
 }  // namespace exactjit::codegen

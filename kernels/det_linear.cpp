@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <climits>
 
 namespace exactjit {
@@ -12,10 +13,36 @@ namespace {
 constexpr std::string_view kOp = "det_linear";
 ArgName arg(std::string_view name) { return {kOp, name}; }
 constexpr int kRowTile = 8;
-constexpr int kThreads = 256;
-// Output columns per block: fp32 8 warps x 4 columns; bf16 8 warps x 16 features (templates).
-int64_t columns_per_block(DType dtype) { return dtype == DType::F32 ? 32 : 128; }
 }  // namespace
+
+DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, int64_t out_features) {
+  DetLinearGeometry g;
+  if (weight_dtype == DType::F32) {
+    // Lane l reads 16-byte chunks l, l + 32, ... in groups of two (64 chunks = 256 inputs per
+    // group and warp). Two-warp blocks spread the columns evenly over the SMs. One group per
+    // lane (K <= 256, the MLP's first layer): 4 columns per warp, so every weight load of the
+    // layer is in flight at once with all warps resident; longer rows: 2 columns and up to 4
+    // groups (64 B each) in flight per lane, 6-8 KB per warp (docs/det_linear.md, "Speed").
+    const int64_t full_groups = in_features / 4 / 64;
+    g.warps = 2;
+    g.columns_per_warp = in_features <= 256 ? 4 : 2;
+    g.depth = static_cast<int>(std::clamp<int64_t>(full_groups, 1, 4));
+  } else {
+    // One warp per 16 features (the mma's M). Many features (>= 264 blocks of 128, two per SM of
+    // an H200: the 18H projection): 8-warp blocks,
+    // 4 chunks (128 B) in flight per lane at <= 64 registers (4 blocks per SM); few (the 2H
+    // projection): 4-warp blocks so more SMs get work, and 12 chunks in flight per lane (<= 128
+    // registers). x is staged whole when its 8 rows fit in 44 KB of static shared memory (K <=
+    // 2752), else 64 chunks at a time, and then the depth divides 64 (a tile starts a round).
+    const int64_t chunks = (in_features + 31) / 32;
+    const bool many = (out_features + 127) / 128 >= 264;
+    g.warps = many ? 8 : 4;
+    g.columns_per_warp = 16;
+    g.tile_chunks = static_cast<int>(chunks <= 86 ? chunks : 64);
+    g.depth = many ? 4 : chunks <= 86 ? 12 : 8;
+  }
+  return g;
+}
 
 KernelSpec det_linear_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu, Op op) {
   KernelSpec spec = make_spec(op, weight_dtype, IndexType::I64, in_features, 0, 1);
@@ -71,12 +98,13 @@ llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& a) {
   plan.spec = det_linear_spec(*dtype, in_features, out_features, a.silu);
   plan.device_id = a.x.device.device_id;
   if (rows == 0) return plan;
-  const int64_t blocks = (out_features + columns_per_block(*dtype) - 1) / columns_per_block(*dtype);
+  const DetLinearGeometry geometry = det_linear_geometry(*dtype, in_features, out_features);
+  const int64_t blocks = (out_features + geometry.columns_per_block() - 1) / geometry.columns_per_block();
   const int64_t row_tiles = (rows + kRowTile - 1) / kRowTile;
   if (row_tiles > 65535) return invalid(arg("x"), fmt::format("has too many rows ({})", rows));
   plan.grid = static_cast<uint32_t>(blocks);
   plan.grid_y = static_cast<uint32_t>(row_tiles);
-  plan.threads = kThreads;
+  plan.threads = static_cast<uint32_t>(32 * geometry.warps);
   plan.push(data_address(a.x));
   plan.push(data_address(a.weight));
   plan.push(a.bias ? data_address(*a.bias) : 0);

@@ -22,6 +22,19 @@ struct DetLinearArgs {
 
 llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& args);
 
+/// Launch geometry of the det_linear forward kernel, a pure function of the weight dtype and shape:
+/// baked into the generated source (codegen/render_backward.cpp) and used by the planner, so the
+/// two cannot disagree. The order of operations does not depend on it: it sets only how the work is
+/// spread over warps and how many weight loads each lane keeps in flight (docs/det_linear.md).
+struct DetLinearGeometry {
+  int warps = 0;             ///< warps per block
+  int columns_per_warp = 0;  ///< output columns a warp owns (bf16: 16, the mma's M)
+  int depth = 0;             ///< weight loads a lane keeps in flight: fp32 groups (2 x 16 B per column), bf16 32-wide chunks (2 x 16 B)
+  int tile_chunks = 0;       ///< bf16: 32-wide chunks of x staged in shared memory at a time (all of K when it fits)
+  int64_t columns_per_block() const { return int64_t{warps} * columns_per_warp; }
+};
+DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, int64_t out_features);
+
 /// The spec of one det_linear kernel (row tile 8); `op` is DetLinear or one of its backward kernels.
 KernelSpec det_linear_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu,
                            Op op = Op::DetLinear);

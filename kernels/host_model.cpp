@@ -4,6 +4,7 @@
 #include "kernels/row_reduction_model.hpp"
 
 #include "templates/numerics.cuh"
+#include "templates/fixed_order_sum.cuh"
 #include "templates/gate_residual_math.cuh"
 
 #include <algorithm>
@@ -135,24 +136,41 @@ int64_t adaln_row_gather_model(size_t element_bytes, const void* rows, int64_t t
   return skipped;
 }
 
+namespace {
+
+// The kernels' butterfly step (templates/det_linear_fp32.cuh): symmetric in a and b.
+xj::CompensatedSum combine(xj::CompensatedSum a, const xj::CompensatedSum& b) {
+  a.error = xj::add(a.error, b.error);
+  a.add(b.sum);
+  return a;
+}
+
+}  // namespace
+
 void det_linear_fp32_model(const float* x, const float* weight, const float* bias, int64_t rows, int64_t in_features,
                            int64_t out_features, float* v) {
   constexpr int kLanes = 32;
+  const int64_t chunks = in_features / 4;
   for (int64_t t = 0; t < rows; ++t) {
+    const float* xt = x + t * in_features;
     for (int64_t n = 0; n < out_features; ++n) {
-      float lanes[kLanes];
+      const float* wn = weight + n * in_features;
+      xj::CompensatedSum lanes[kLanes];
       for (int lane = 0; lane < kLanes; ++lane) {
-        float d = 0.0f;
-        for (int64_t c = lane; c < in_features / 4; c += kLanes)
-          for (int e = 0; e < 4; ++e) d = xj::fma(weight[n * in_features + 4 * c + e], x[t * in_features + 4 * c + e], d);
-        lanes[lane] = d;
+        for (int64_t first = lane; first < chunks; first += 2 * kLanes) {  // group: chunks first, first + 32
+          float p = 0.0f;
+          for (int64_t c = first; c < chunks && c <= first + kLanes; c += kLanes)
+            for (int e = 0; e < 4; ++e) p = xj::fma(wn[4 * c + e], xt[4 * c + e], p);
+          lanes[lane].add(p);
+        }
       }
       for (int offset = 16; offset > 0; offset /= 2) {
-        float next[kLanes];
-        for (int lane = 0; lane < kLanes; ++lane) next[lane] = xj::add(lanes[lane], lanes[lane ^ offset]);
-        std::memcpy(lanes, next, sizeof lanes);
+        xj::CompensatedSum next[kLanes];
+        for (int lane = 0; lane < kLanes; ++lane) next[lane] = combine(lanes[lane], lanes[lane ^ offset]);
+        std::copy(next, next + kLanes, lanes);
       }
-      v[t * out_features + n] = bias ? xj::add(lanes[0], bias[n]) : lanes[0];
+      const float dot = lanes[0].value();
+      v[t * out_features + n] = bias ? xj::add(dot, bias[n]) : dot;
     }
   }
 }
@@ -160,7 +178,7 @@ void det_linear_fp32_model(const float* x, const float* weight, const float* bia
 void det_linear_fp32_backward_model(const float* grad, const float* pre_activation, const float* x,
                                     const float* weight, int64_t rows, int64_t in_features, int64_t out_features,
                                     bool silu, float* d_input, float* d_weight, float* d_bias) {
-  constexpr int64_t kChunk = 64;
+  constexpr int64_t kChunk = 64, kGroup = 4;
   std::vector<float> d_v(static_cast<size_t>(rows * out_features));
   for (int64_t i = 0; i < rows * out_features; ++i) {
     d_v[i] = grad[i];
@@ -172,19 +190,24 @@ void det_linear_fp32_backward_model(const float* grad, const float* pre_activati
   }
   for (int64_t t = 0; d_input && t < rows; ++t)
     for (int64_t k = 0; k < in_features; ++k) {
-      float fold = 0.0f;
+      xj::CompensatedSum fold;  // segment_fold over the chunks
       for (int64_t n0 = 0; n0 < out_features; n0 += kChunk) {
-        float partial = 0.0f;
-        for (int64_t n = n0; n < std::min(n0 + kChunk, out_features); ++n)
-          partial = xj::fma(d_v[t * out_features + n], weight[n * in_features + k], partial);
-        fold = xj::add(fold, partial);
+        const int64_t end = std::min(n0 + kChunk, out_features);
+        xj::CompensatedSum partial;
+        for (int64_t g = n0; g < end; g += kGroup) {
+          float p = 0.0f;
+          for (int64_t n = g; n < std::min(g + kGroup, end); ++n)
+            p = xj::fma(d_v[t * out_features + n], weight[n * in_features + k], p);
+          partial.add(p);
+        }
+        fold.add(partial.value());
       }
-      d_input[t * in_features + k] = fold;
+      d_input[t * in_features + k] = fold.value();
     }
   for (int64_t n = 0; n < out_features; ++n) {
-    float b = 0.0f;
-    for (int64_t t = 0; t < rows; ++t) b = xj::add(b, d_v[t * out_features + n]);
-    if (d_bias) d_bias[n] = b;
+    xj::CompensatedSum b;
+    for (int64_t t = 0; t < rows; ++t) b.add(d_v[t * out_features + n]);
+    if (d_bias) d_bias[n] = b.value();
     for (int64_t k = 0; d_weight && k < in_features; ++k) {
       float w = 0.0f;
       for (int64_t t = 0; t < rows; ++t) w = xj::fma(d_v[t * out_features + n], x[t * in_features + k], w);

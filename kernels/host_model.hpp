@@ -34,15 +34,17 @@ int64_t adaln_row_gather_model(size_t element_bytes, const void* rows, int64_t t
                                int64_t seq, int64_t hidden);
 
 /// det_linear with fp32 weights, before the activation: v[t, n] = add(dot, b[n]) (no bias: dot)
-/// with dot in the kernel's order (32 lanes, lane l's fma chain over 4-element chunks l, l+32,
-/// ..., then the xor butterfly, lane 0's value). x (T, K), weight (N, K), v (T, N).
+/// with dot in the kernel's order (docs/det_linear.md): 32 lanes, lane l's compensated sum of the
+/// fma chains of its groups of 4-element chunks (l + 64m, l + 64m + 32), the lanes' sums combined
+/// in the xor-butterfly tree, value(). x (T, K), weight (N, K), v (T, N).
 void det_linear_fp32_model(const float* x, const float* weight, const float* bias, int64_t rows, int64_t in_features,
                            int64_t out_features, float* v);
 
 /// det_linear backward (fp32 weights) in the kernels' order: d_v = grad (or through SiLU at the
-/// pre-activation), d_input[t, k] = fold over 64-output chunks (ascending, from 0) of fma chains
-/// over the chunk's outputs; d_weight[n, k] and d_bias[n] as chains over t. Null outputs are
-/// skipped. With silu the host's expf may differ from libdevice's in the last bit.
+/// pre-activation), d_input[t, k] = compensated fold over 64-output chunks (ascending, from 0) of
+/// each chunk's compensated sum of fma chains over 4 outputs; d_weight[n, k] an fma chain over t,
+/// d_bias[n] a compensated sum over t. Null outputs are skipped. With silu the host's expf may
+/// differ from libdevice's in the last bits.
 void det_linear_fp32_backward_model(const float* grad, const float* pre_activation, const float* x,
                                     const float* weight, int64_t rows, int64_t in_features, int64_t out_features,
                                     bool silu, float* d_input, float* d_weight, float* d_bias);

@@ -191,7 +191,7 @@ llvm::Expected<CaseOutcome> run_rms_norm_backward_case(Runtime& runtime, int dev
     if (k < 0) continue;
     const uint8_t* scale_row = modulated ? &table[static_cast<size_t>(k * c.table_stride) * elem + row_bytes] : nullptr;
     rms_norm_dx_row_model(c.dtype, &grad[r * row_bytes], &x[r * row_bytes], c.weighted ? weight.data() : nullptr,
-                          scale_row, c.hidden, kEps, &outputs[0].expected[r * row_bytes]);
+                          scale_row, c.hidden, rstd[r], kEps, &outputs[0].expected[r * row_bytes]);
   }
   if (c.weighted) {
     outputs.push_back({"dweight", &*d_dweight, std::vector<uint8_t>(weight.size()), elem});

@@ -32,14 +32,16 @@ void put(DType dtype, void* data, int64_t k, float v) {
 
 // out(k, j) for every table row k and column j < width: the fold, from 0, of row k's tile
 // partials, each the sum from 0 of the terms add_term(row, j, sum) adds over the tile's rows in
-// plan order; tiles and fold are compensated sums, as in the kernels.
+// plan order. Tiles accumulate in SegmentSumFor<T>, the fold is compensated, as in the kernels.
 template <typename T, typename AddTerm, typename Put>
 void segment_sums(const SegmentPlanModel& plan, int64_t table_rows, int64_t width, AddTerm add_term, Put out) {
-  std::vector<xj::CompensatedSum> fold(static_cast<size_t>(width)), partial(static_cast<size_t>(width));
+  std::vector<xj::CompensatedSum> fold(static_cast<size_t>(width));
+  using Tile = typename xj::SegmentSumFor<T>::type;
+  std::vector<Tile> partial(static_cast<size_t>(width));
   for (int64_t k = 0; k < table_rows; ++k) {
     std::fill(fold.begin(), fold.end(), xj::CompensatedSum{});
     for (int64_t t = plan.row_tile_start[k]; t < plan.row_tile_start[k + 1]; ++t) {
-      std::fill(partial.begin(), partial.end(), xj::CompensatedSum{});
+      std::fill(partial.begin(), partial.end(), Tile{});
       for (int64_t row : segment_tile_rows(plan, t))
         for (int64_t j = 0; j < width; ++j) add_term(row, j, partial[j]);
       for (int64_t j = 0; j < width; ++j) fold[j].add(partial[j].value());
@@ -82,9 +84,10 @@ void gate_residual_backward_model(DType dtype, const void* grad, const void* gat
 }
 
 void rms_norm_dx_row_model(DType dtype, const void* grad_row, const void* x_row, const void* weight,
-                           const void* scale_row, int64_t hidden, double eps, void* dx_row) {
+                           const void* scale_row, int64_t hidden, float rstd, double eps, void* dx_row) {
   with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
+    constexpr bool exact_rstd = sizeof(T) == 4;  // fp32 recomputes rstd (see the template)
     // wd(j) = w * d_n as the kernel rounds it; `lo` receives its rounding error (see the template).
     auto wd = [&](int64_t j, float* lo) {
       const float grad = at<T>(grad_row, j);
@@ -106,19 +109,24 @@ void rms_norm_dx_row_model(DType dtype, const void* grad_row, const void* x_row,
       a = wd(j, nullptr);
       b = at<T>(x_row, j);
     });
-    const double squares = block_reduce_model<double, xj::CompensatedSum>(
-        hidden, [&](int64_t j, xj::CompensatedSum& s) { s.add_product(at<T>(x_row, j), at<T>(x_row, j)); },
-        [](const xj::CompensatedSum& s) { return static_cast<double>(s.value()); });
-    const double h = static_cast<double>(hidden);
-    const double rd = xj::div(1.0, xj::sqrt_rn(xj::add(xj::div(squares, h), eps)));
-    const float r = xj::to_float(rd);
-    const float r_lo = xj::to_float(xj::add(rd, -static_cast<double>(r)));
-    const float coef = xj::to_float(xj::div(xj::mul(xj::mul(xj::mul(rd, rd), rd), static_cast<double>(dot)), h));
+    float r = rstd, r_lo = 0.0f, coef;
+    if (exact_rstd) {
+      const double squares = block_reduce_model<double, xj::CompensatedSum>(
+          hidden, [&](int64_t j, xj::CompensatedSum& s) { s.add_product(at<T>(x_row, j), at<T>(x_row, j)); },
+          [](const xj::CompensatedSum& s) { return static_cast<double>(s.value()); });
+      const double h = static_cast<double>(hidden);
+      const double rd = xj::div(1.0, xj::sqrt_rn(xj::add(xj::div(squares, h), eps)));
+      r = xj::to_float(rd);
+      r_lo = xj::to_float(xj::add(rd, -static_cast<double>(r)));
+      coef = xj::to_float(xj::div(xj::mul(xj::mul(xj::mul(rd, rd), rd), static_cast<double>(dot)), h));
+    } else {
+      coef = xj::div(xj::mul(xj::mul(xj::mul(r, r), r), dot), static_cast<float>(hidden));
+    }
     for (int64_t j = 0; j < hidden; ++j) {
       float lo = 0.0f;
       const float product = wd(j, &lo);
       float small = xj::mul(-at<T>(x_row, j), coef);
-      small = xj::fma(r_lo, product, small);
+      if (exact_rstd) small = xj::fma(r_lo, product, small);
       if (scale_row || weight) small = xj::fma(r, lo, small);
       put(dtype, dx_row, j, xj::fma(r, product, small));
     }

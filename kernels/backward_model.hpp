@@ -21,10 +21,10 @@ void gate_residual_backward_model(DType dtype, const void* grad, const void* gat
                                   const std::vector<int64_t>& keys, int64_t table_rows, const void* y, int64_t rows,
                                   int64_t hidden, void* d_y, void* d_gate);
 
-/// rms_norm dx of one row, rstd recomputed in fp64 with eps as the kernel does; weight and
-/// scale_row may be null.
+/// rms_norm dx of one row: bf16/fp16 with the forward's rstd, fp32 with rstd recomputed in fp64
+/// with eps, as the kernel does; weight and scale_row may be null.
 void rms_norm_dx_row_model(DType dtype, const void* grad_row, const void* x_row, const void* weight,
-                           const void* scale_row, int64_t hidden, double eps, void* dx_row);
+                           const void* scale_row, int64_t hidden, float rstd, double eps, void* dx_row);
 
 /// rms_norm dshift and dscale (R, H): segment sums of grad and grad * n, n as in the forward.
 void rms_norm_table_grads_model(DType dtype, const void* grad, const void* x, const void* weight, const float* rstd,

@@ -139,8 +139,8 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
                                       table_stride, 4, a.weight != nullptr);
     if (rows > INT_MAX) return invalid(arg("x"), fmt::format("has too many rows ({}) for one launch", rows));
     LaunchPlan& dx = sequence.add(spec, device, static_cast<uint32_t>(rows), codegen::backward_threads(spec));
-    for (uint64_t v : {data_address(a.grad), data_address(a.x), weight, scale, index}) dx.push(v);
-    dx.push_double(a.eps);  // dx recomputes rstd (in fp64) instead of reading the forward's
+    for (uint64_t v : {data_address(a.grad), data_address(a.x), weight, scale, index, data_address(a.rstd)}) dx.push(v);
+    dx.push_double(a.eps);  // fp32 dx recomputes rstd (in fp64) instead of reading the forward's
     for (uint64_t v : {data_address(*a.dx), static_cast<uint64_t>(rows), static_cast<uint64_t>(seq),
                        static_cast<uint64_t>(table_rows)})
       dx.push(v);

@@ -17,7 +17,7 @@ struct RmsNormBackwardArgs {
   const DLTensor* scale;      ///< the forward's scale view (modulated), or null
   const DLTensor* index;      ///< the forward's index (with scale), or null
   const DLTensor& rstd;       ///< (M,) float32 saved by the forward
-  double eps;                 ///< the forward's eps (dx recomputes rstd in fp64 with it)
+  double eps;                 ///< the forward's eps (fp32 dx recomputes rstd in fp64 with it)
   const DLTensor* dx;         ///< like x, or null
   const DLTensor* dweight;    ///< (H,) in x's dtype, or null
   const DLTensor* dshift;     ///< (R, H) contiguous in x's dtype, or null

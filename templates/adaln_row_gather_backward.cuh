@@ -1,11 +1,13 @@
 // adaln_row_gather backward: d_rows[k, cH + j] = segment sum over the positions s that gathered
 // table row k of grad[c, s, j]. Block (segment tile, chunk c x column slice); each thread owns one
 // pack of kVec columns: partials[tile, cH + j] = sum over the tile's positions in list order, from
-// 0 (compensated; kRowUnroll rows loaded at a time); segment_fold folds them.
+// 0 (SegmentSumFor<T>: compensated for fp32; kRowUnroll rows loaded at a time); segment_fold
+// folds them.
 namespace adaln_row_gather_backward {
 
 typedef xj::StorageOf<spec::kDType>::type T;
 typedef xj::Pack<T, spec::kVec> Pack;
+typedef xj::SegmentSumFor<T>::type Sum;
 
 constexpr int kPacksPerRow = spec::kHidden / spec::kVec;
 constexpr int kSlices = (kPacksPerRow + spec::kThreads - 1) / spec::kThreads;
@@ -26,7 +28,7 @@ XJ_ENTRY(const adaln_row_gather_backward::T* __restrict__ grad, float* __restric
   const int pack = (blockIdx.y % kSlices) * spec::kThreads + threadIdx.x;
   if (pack >= kPacksPerRow || !xj::segment_tile(plan, blockIdx.x, tile)) return;
   const int col = pack * spec::kVec;
-  xj::CompensatedSum sum[spec::kVec];
+  Sum sum[spec::kVec];
   for (long long j0 = tile.first; j0 < tile.end; j0 += kRowUnroll) {
     Pack g[kRowUnroll];
 #pragma unroll

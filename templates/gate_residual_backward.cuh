@@ -1,7 +1,8 @@
 // gate_residual backward (NUMERICS.md), one pass over grad and y:
 //   d_y[r, j] = rT(mul(grad[r, j], gate[k, j]))          (bitwise equal to eager's VJP)
 //   partials[tile, j] = sum over the tile's rows r, in list order, from 0, of grad * y
-//                       (compensated, the product added exactly; fixed_order_sum.cuh)
+//                       (SegmentSumFor<T>: compensated with exact products for fp32, plain
+//                       for bf16/fp16; fixed_order_sum.cuh)
 // segment_fold then folds each row's tiles into d_gate (fp32 until its one rounding).
 // Geometry: block (tile, column slice); each thread owns one pack of kVec columns and keeps its
 // partial sums in registers for the whole tile. Rows are loaded kRowUnroll at a time (more loads
@@ -10,6 +11,7 @@ namespace gate_residual_backward {
 
 typedef xj::StorageOf<spec::kDType>::type T;
 typedef xj::Pack<T, spec::kVec> Pack;
+typedef xj::SegmentSumFor<T>::type Sum;
 
 constexpr int kPacksPerRow = spec::kHidden / spec::kVec;
 constexpr int kRowUnroll = 4;
@@ -31,7 +33,7 @@ XJ_ENTRY(const gate_residual_backward::T* __restrict__ grad, const gate_residual
   const int col = pack * spec::kVec;
   Pack g;
   if (d_y) xj::load_pack(g, gate + tile.row * spec::kTableStride + col);
-  xj::CompensatedSum sum[spec::kVec];
+  Sum sum[spec::kVec];
   for (long long j0 = tile.first; j0 < tile.end; j0 += kRowUnroll) {
     long long base[kRowUnroll];
     Pack gr[kRowUnroll], yv[kRowUnroll];

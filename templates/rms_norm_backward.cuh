@@ -3,19 +3,19 @@
 //   d_n = grad or mul(grad, m),  wd = mul(w, d_n) (or d_n without weight)
 // and wd_lo, the exact rounding error of those products (product_error), so that
 // wd + wd_lo = w * grad * m up to a rounding of the tiny wd_lo terms. Per row:
-//   1. thread t visits 4-element vectors v = t, t+128, ...: dot = fma(wd, x, dot) from 0, and
-//      squares.add_product(x, x) (a CompensatedSum, fixed_order_sum.cuh)
-//   2. warps: dot = add(dot, shfl_down(dot, off)), off = 16..1; 3. (w0 + w2) + (w1 + w3);
-//      the same tree in fp64 over the threads' double(squares.value())
-//   4. rd = div(1, sqrt_rn(add(div(squares, H), eps))) in fp64 with the caller's eps;
-//      rstd = to_float(rd), rstd_lo = to_float(rd - rstd),
-//      coef = to_float(div(mul(mul(mul(rd, rd), rd), dot), H))
+//   1. thread t visits 4-element vectors v = t, t+128, ...: dot = fma(wd, x, dot) from 0
+//   2. warps: dot = add(dot, shfl_down(dot, off)), off = 16..1; 3. (w0 + w2) + (w1 + w3)
+//   4. bf16/fp16: rstd = the forward's, rstd_lo = 0, coef = div(mul(mul(mul(rstd, rstd), rstd), dot), H)
+//      fp32 (kExactRstd): squares.add_product(x, x) (a CompensatedSum) in step 1, the same tree in
+//      fp64 over the threads' double(squares.value()); in fp64 rd = div(1, sqrt_rn(add(div(
+//      squares, H), eps))) with the caller's eps; rstd = to_float(rd), rstd_lo = to_float(rd -
+//      rstd), coef = to_float(div(mul(mul(mul(rd, rd), rd), dot), H))
 //   5. dx = rT(fma(rstd, wd, fma(rstd, wd_lo, fma(rstd_lo, wd, mul(-x, coef)))))
-//      (plain, no weight: no wd_lo term)
-// rstd is recomputed rather than taken from the forward: the forward's is rsqrtf (bitwise
-// eager's), up to ~2 units off, an error the whole row shares and that then dominates dx's.
-// Step 5 rounds rstd * w * d_n only once (the dominant term; x * coef is ~1/sqrt(H) of it), so dx
-// is about one fp32 rounding from the exact gradient before its rounding to T. Every operation
+//      (plain, no weight: no wd_lo term; bf16/fp16: no rstd_lo term)
+// Step 5 rounds rstd * w * d_n only once (the dominant term; x * coef is ~1/sqrt(H) of it). For
+// fp32 the forward's rstd (rsqrtf, bitwise eager's, up to ~2 units off, an error the whole row
+// shares) would then dominate dx's error, so it is recomputed; for bf16/fp16 it is 2^-16 of the
+// final rounding, and recomputing it cost ~0.4 ms at S = 131072 for no measurable gain. Every operation
 // is written out, so nothing is left for the compiler to contract. The row's x, grad (and scale)
 // stay in registers across the barrier: one read of each.
 namespace rms_norm_backward {
@@ -29,6 +29,7 @@ constexpr int kQuads = spec::kHidden / 4;
 constexpr int kQuadsPerThread = (kQuads + kRowThreads - 1) / kRowThreads;
 constexpr bool kModulated = spec::kTableStride > 0;
 constexpr bool kHasLo = kModulated || spec::kWeighted;  // plain d_n = grad is exact
+constexpr bool kExactRstd = sizeof(T) == 4;                // fp32
 
 static_assert(spec::kHidden % 4 == 0, "rms_norm needs H % 4 == 0");
 
@@ -60,7 +61,7 @@ __device__ __forceinline__ float weighted_grad(const Quad& g, const Quad& sc, co
 extern "C" __global__ void __launch_bounds__(rms_norm_backward::kRowThreads)
 XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward::T* __restrict__ x,
          const rms_norm_backward::T* __restrict__ weight, const rms_norm_backward::T* __restrict__ scale,
-         const rms_norm_backward::Index* __restrict__ index, double eps,
+         const rms_norm_backward::Index* __restrict__ index, const float* __restrict__ rstd, double eps,
          rms_norm_backward::T* __restrict__ dx, long long rows, long long seq, long long table_rows,
          xj::ErrorRecord* errors) {
   using namespace rms_norm_backward;
@@ -98,18 +99,24 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
       for (int e = 0; e < 4; ++e) {
         const float xv = xj::to_float(xq[k].v[e]);
         dot = xj::fma(weighted_grad(gq[k], sq[k], wq[k], e), xv, dot);
-        squares.add_product(xv, xv);
+        if (kExactRstd) squares.add_product(xv, xv);
       }
     }
   }
   const float total = xj::row_sum_128(dot, warp_sums);
-  const double sum_squares = xj::row_sum_128((double)squares.value(), warp_squares);
+  const double sum_squares = kExactRstd ? xj::row_sum_128((double)squares.value(), warp_squares) : 0.0;
   if (!live) return;
-  const double h = (double)spec::kHidden;
-  const double rd = xj::div(1.0, xj::sqrt_rn(xj::add(xj::div(sum_squares, h), eps)));
-  const float r = xj::to_float(rd);
-  const float r_lo = xj::to_float(xj::add(rd, -(double)r));
-  const float coef = xj::to_float(xj::div(xj::mul(xj::mul(xj::mul(rd, rd), rd), (double)total), h));
+  float r, r_lo = 0.0f, coef;
+  if (kExactRstd) {
+    const double h = (double)spec::kHidden;
+    const double rd = xj::div(1.0, xj::sqrt_rn(xj::add(xj::div(sum_squares, h), eps)));
+    r = xj::to_float(rd);
+    r_lo = xj::to_float(xj::add(rd, -(double)r));
+    coef = xj::to_float(xj::div(xj::mul(xj::mul(xj::mul(rd, rd), rd), (double)total), h));
+  } else {
+    r = rstd[row];
+    coef = xj::div(xj::mul(xj::mul(xj::mul(r, r), r), total), (float)spec::kHidden);
+  }
   T* dx_row = dx + row * spec::kHidden;
 #pragma unroll
   for (int k = 0; k < kQuadsPerThread; ++k) {
@@ -120,7 +127,7 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
         float wd_lo = 0.0f;
         const float wd = weighted_grad(gq[k], sq[k], wq[k], e, kHasLo ? &wd_lo : nullptr);
         float small = xj::mul(-xj::to_float(xq[k].v[e]), coef);
-        small = xj::fma(r_lo, wd, small);
+        if (kExactRstd) small = xj::fma(r_lo, wd, small);
         if (kHasLo) small = xj::fma(r, wd_lo, small);
         out.v[e] = xj::round_to<T>(xj::fma(r, wd, small));
       }

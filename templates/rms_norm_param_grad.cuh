@@ -7,12 +7,17 @@
 //   mul(grad, rT(add(1, scale[i]))) (rows with a bad index are skipped; the dx kernel and the
 //   plan report it).
 // Each thread owns one 4-element quad of columns; rows are loaded kRowUnroll at a time and added
-// strictly in order (compensated, products added exactly; fixed_order_sum.cuh).
+// strictly in order: dshift/dscale with SegmentSumFor<T> (compensated for fp32, plain for
+// bf16/fp16), dweight always compensated (it sums all M rows: with plain fp32 tiles, bf16/fp16
+// dweight lost to eager in 8 of 32 cases at the 5th digit); fixed_order_sum.cuh.
 namespace rms_norm_param_grad {
 
 typedef xj::StorageOf<spec::kDType>::type T;
 typedef xj::IndexOf<spec::kIndexBytes>::type Index;
 typedef xj::Quad<T> Quad;
+template <bool kCompensated> struct SumOf { typedef xj::CompensatedSum type; };
+template <> struct SumOf<false> { typedef xj::SegmentSumFor<T>::type type; };
+typedef SumOf<!spec::kSegmented>::type Sum;
 
 constexpr int kQuads = spec::kHidden / 4;
 constexpr bool kModulated = spec::kTableStride > 0;
@@ -45,7 +50,7 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
   }
   Quad w;
   if (spec::kSegmented && spec::kWeighted) xj::load_quad(w, weight + col);
-  xj::CompensatedSum first[4], second[4];
+  Sum first[4], second[4];
   for (long long j0 = first_j; j0 < end_j; j0 += kRowUnroll) {
     Quad g[kRowUnroll], xv[kRowUnroll], sc[kRowUnroll];
     float r[kRowUnroll];

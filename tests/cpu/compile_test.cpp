@@ -150,10 +150,12 @@ TEST(PtxAudit, BackwardKernelsFuseOnlyWhatTheyWrite) {
     for (const KernelSpec& spec : catalog_of(op)) {
       auto ptx = nvrtc().ptx(codegen::render(spec));
       ASSERT_TRUE(static_cast<bool>(ptx)) << llvm::toString(ptx.takeError());
-      // Compensated tile sums of products: one product_error per element of a thread's pack
-      // (gate's vec, rms_norm's quad) for each of the 4 rows loaded at a time.
+      // Compensated tile sums of products (fp32 segment sums; dweight always): one product_error
+      // per element of a thread's pack (gate's vec, rms_norm's quad) for each of the 4 rows
+      // loaded at a time; bf16/fp16 segment sums are plain.
       const bool adds_products =
-          op == Op::GateResidualBackward || op == Op::RmsNormTableGrad || op == Op::RmsNormWeightGrad;
+          op == Op::RmsNormWeightGrad ||
+          (spec.dtype == DType::F32 && (op == Op::GateResidualBackward || op == Op::RmsNormTableGrad));
       const size_t per_row = op == Op::GateResidualBackward ? static_cast<size_t>(spec.vec) : 4;
       EXPECT_EQ(count(*ptx, kFloatFma), adds_products ? 4 * per_row : 0u) << spec.describe();
       EXPECT_EQ(count(*ptx, std::regex("\\.(approx|ftz)")), 0u) << spec.describe();
@@ -165,20 +167,21 @@ TEST(PtxAudit, BackwardKernelsFuseOnlyWhatTheyWrite) {
     auto ptx = nvrtc().ptx(codegen::render(spec));
     ASSERT_TRUE(static_cast<bool>(ptx)) << llvm::toString(ptx.takeError());
     const size_t quads_per_thread = static_cast<size_t>((spec.hidden / 4 + 127) / 128);
-    // Per element: the dot chain's fma, the squares' product_error, rstd_lo's fma and dx's final
-    // fma; with a modulation or a weight also the wd_lo fma and one product_error per product
-    // (modulated and weighted: one more fma to combine them).
-    const bool modulated = spec.table_stride > 0;
+    // Per element: the dot chain's fma and dx's final fma; with a modulation or a weight also the
+    // wd_lo fma and one product_error per product (modulated and weighted: one more fma to
+    // combine them); fp32 (rstd recomputed) also the squares' product_error and rstd_lo's fma.
+    const bool modulated = spec.table_stride > 0, fp32 = spec.dtype == DType::F32;
     const size_t products = (modulated ? 1 : 0) + (spec.weighted ? 1 : 0);
-    const size_t per_element = 4 + (products ? 1 + products + (products == 2 ? 1 : 0) : 0);
+    const size_t per_element = 2 + (products ? 1 + products + (products == 2 ? 1 : 0) : 0) + (fp32 ? 2 : 0);
     EXPECT_EQ(count(*ptx, kFloatFma), 4 * per_element * quads_per_thread) << spec.describe();
-    EXPECT_EQ(count(*ptx, std::regex("sub\\.rn\\.f32")), 4 * 4 * quads_per_thread) << spec.describe();  // TwoSum
+    EXPECT_EQ(count(*ptx, std::regex("sub\\.rn\\.f32")), fp32 ? 4 * 4 * quads_per_thread : 0u)
+        << spec.describe();  // TwoSum
     EXPECT_EQ(count(*ptx, std::regex("\\.(approx|ftz)")), 0u) << spec.describe();
-    // rstd and coef in fp64: 1 / sqrt (an IEEE rcp), squares / H, coef / H.
-    EXPECT_EQ(count(*ptx, std::regex("div\\.rn\\.f32")), 0u) << spec.describe();
-    EXPECT_EQ(count(*ptx, std::regex("sqrt\\.rn\\.f64")), 1u) << spec.describe();
-    EXPECT_EQ(count(*ptx, std::regex("rcp\\.rn\\.f64")), 1u) << spec.describe();
-    EXPECT_EQ(count(*ptx, std::regex("div\\.rn\\.f64")), 2u) << spec.describe();
+    // coef / H in fp32; fp32: rstd and coef in fp64 (1 / sqrt as an IEEE rcp, squares / H, coef / H).
+    EXPECT_EQ(count(*ptx, std::regex("div\\.rn\\.f32")), fp32 ? 0u : 1u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("sqrt\\.rn\\.f64")), fp32 ? 1u : 0u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("rcp\\.rn\\.f64")), fp32 ? 1u : 0u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("div\\.rn\\.f64")), fp32 ? 2u : 0u) << spec.describe();
   }
   for (const KernelSpec& spec : catalog_of(Op::TimestepSinusoidBackward)) {
     auto ptx = nvrtc().ptx(codegen::render(spec));

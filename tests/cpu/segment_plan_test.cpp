@@ -197,9 +197,9 @@ TEST(RmsNormBackwardValidation, ModulatedCallPlansEveryGradient) {
                                                &dshift.t, &dscale.t, &workspace.t}))
                 .find("rms_norm_backward: eps must be finite and >= 0"),
             std::string::npos);
-  // The dx kernel takes eps as a double after grad, x, weight, scale and index.
+  // The dx kernel takes eps as a double after grad, x, weight, scale, index and rstd.
   double eps = 0;
-  std::memcpy(&eps, &sequence->steps[3].params[5], sizeof eps);
+  std::memcpy(&eps, &sequence->steps[3].params[6], sizeof eps);
   EXPECT_EQ(eps, 1e-5);
 }
 

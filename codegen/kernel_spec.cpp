@@ -28,6 +28,7 @@ std::string_view op_name(Op op) {
     case Op::SegmentScan: return "segment_scan";
     case Op::SegmentScatter: return "segment_scatter";
     case Op::SegmentFold: return "segment_fold";
+    case Op::DetLinearInputFold: return "det_linear_input_fold";
   }
   return "unknown";
 }
@@ -61,7 +62,7 @@ std::optional<Op> parse_op(std::string_view text) {
   if (text == "timestep_sinusoid") return Op::TimestepSinusoid;
   for (Op op : {Op::DetLinear, Op::GateResidualBackward, Op::AdalnRowGatherBackward, Op::RmsNormBackward, Op::RmsNormTableGrad,
                 Op::RmsNormWeightGrad, Op::TimestepSinusoidBackward, Op::DetLinearInputGrad, Op::DetLinearWeightGrad, Op::SegmentCount, Op::SegmentScan,
-                Op::SegmentScatter, Op::SegmentFold})
+                Op::SegmentScatter, Op::SegmentFold, Op::DetLinearInputFold})
     if (text == op_name(op)) return op;
   return std::nullopt;
 }
@@ -108,18 +109,22 @@ KernelSpec make_spec(Op op, DType dtype, IndexType index, int64_t hidden, int64_
 }
 
 std::string KernelSpec::describe() const {
-  if (op == Op::DetLinear || op == Op::DetLinearInputGrad || op == Op::DetLinearWeightGrad)
-    return fmt::format("{} dtype={} in_features={} out_features={} activation={} rows={} target={}", op_name(op),
-                       dtype_name(dtype), hidden, out_features, silu ? "silu" : "none", row_tile, target.name());
+  if (op == Op::DetLinear || op == Op::DetLinearInputGrad || op == Op::DetLinearWeightGrad ||
+      op == Op::DetLinearInputFold)
+    return fmt::format("{} dtype={} in_features={} out_features={} activation={} rows={}{} target={}", op_name(op),
+                       dtype_name(dtype), hidden, out_features, silu ? "silu" : "none", row_tile,
+                       grad_dtype == DType::F32 ? "" : fmt::format(" grad={}", dtype_name(grad_dtype)), target.name());
   return fmt::format("{} dtype={} hidden={} table_stride={} vec={} index={} target={}{}", op_name(op),
                      dtype_name(dtype), hidden, table_stride, vec, index_type_name(index), target.name(),
                      weighted ? " weight=yes" : (op == Op::RmsNorm ? " weight=no" : ""));
 }
 
 std::string KernelSpec::stem() const {
-  if (op == Op::DetLinear || op == Op::DetLinearInputGrad || op == Op::DetLinearWeightGrad)
-    return fmt::format("{}_{}_k{}_n{}_{}_r{}_{}{}", op_name(op), dtype_name(dtype), hidden, out_features,
-                       silu ? "silu" : "none", row_tile, target.ptx ? "compute" : "sm", target.sm);
+  if (op == Op::DetLinear || op == Op::DetLinearInputGrad || op == Op::DetLinearWeightGrad ||
+      op == Op::DetLinearInputFold)
+    return fmt::format("{}_{}_k{}_n{}_{}_r{}{}_{}{}", op_name(op), dtype_name(dtype), hidden, out_features,
+                       silu ? "silu" : "none", row_tile, grad_dtype == DType::F32 ? "" : "_gbf16",
+                       target.ptx ? "compute" : "sm", target.sm);
   return fmt::format("{}_{}_h{}_ts{}_v{}_{}_{}{}{}", op_name(op), dtype_name(dtype), hidden,
                      table_stride, vec, index == IndexType::I32 ? "i32" : "i64",
                      target.ptx ? "compute" : "sm", target.sm, weighted ? "_w" : "");
@@ -136,7 +141,8 @@ size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
   mix(static_cast<uint64_t>(s.hidden));
   mix(static_cast<uint64_t>(s.table_stride));
   mix(static_cast<uint64_t>(s.vec) << 32 | static_cast<uint32_t>(s.target.sm));
-  mix(static_cast<uint64_t>(s.out_features) ^ static_cast<uint64_t>(s.silu) << 62 ^ static_cast<uint64_t>(s.row_tile) << 48);
+  mix(static_cast<uint64_t>(s.out_features) ^ static_cast<uint64_t>(s.silu) << 62 ^ static_cast<uint64_t>(s.row_tile) << 48 ^
+      static_cast<uint64_t>(s.grad_dtype) << 56);
   h ^= h >> 33;
   h *= 0xFF51AFD7ED558CCDull;
   h ^= h >> 33;

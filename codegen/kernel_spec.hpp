@@ -34,6 +34,8 @@ enum class Op : uint8_t {
   SegmentScan,
   SegmentScatter,
   SegmentFold,     ///< dtype = the output's
+  // Appended here so the error-record op codes of the kinds above do not change.
+  DetLinearInputFold,  ///< bf16 det_linear backward: folds the d_input partials, then SiLU's derivative
 };
 enum class DType : uint8_t { F32 = 0, BF16 = 1, F16 = 2 };  // values match templates' StorageOf
 enum class IndexType : uint8_t { I32, I64 };
@@ -58,12 +60,13 @@ struct KernelSpec {
   int64_t out_features = 0;  ///< det_linear (and its backward): N
   bool silu = false;         ///< det_linear: SiLU (fp32: on the output; bf16: on the input)
   int row_tile = 0;          ///< det_linear: rows per launch tile
+  DType grad_dtype = DType::F32;  ///< det_linear backward, bf16 weights: the incoming gradient's dtype (bf16 or fp32)
   Target target;
 
   bool operator==(const KernelSpec& o) const {
     return op == o.op && dtype == o.dtype && index == o.index && hidden == o.hidden &&
            table_stride == o.table_stride && vec == o.vec && weighted == o.weighted && out_features == o.out_features &&
-           silu == o.silu && row_tile == o.row_tile && target == o.target;
+           silu == o.silu && row_tile == o.row_tile && grad_dtype == o.grad_dtype && target == o.target;
   }
   /// Canonical, human-readable description, e.g.
   /// "gate_residual dtype=bf16 hidden=5376 table_stride=32256 vec=8 index=int64 target=sm_90".

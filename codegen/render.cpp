@@ -57,7 +57,9 @@ std::vector<std::string_view> op_templates(const KernelSpec& spec) {
     case Op::TimestepSinusoid: return {"timestep_sinusoid.cuh"};
     case Op::DetLinear: return {"fixed_order_sum.cuh", spec.dtype == DType::F32 ? "det_linear_fp32.cuh" : "det_linear_bf16.cuh"};
     case Op::DetLinearInputGrad:
-    case Op::DetLinearWeightGrad: return {"fixed_order_sum.cuh", "det_linear_grad.cuh"};
+    case Op::DetLinearWeightGrad:
+      return {"fixed_order_sum.cuh", spec.dtype == DType::F32 ? "det_linear_grad.cuh" : "det_linear_grad_bf16.cuh"};
+    case Op::DetLinearInputFold: return {"fixed_order_sum.cuh", "det_linear_grad_bf16.cuh"};
     case Op::GateResidualBackward: return {"fixed_order_sum.cuh", "segment_tiles.cuh", "gate_residual_backward.cuh"};
     case Op::AdalnRowGatherBackward: return {"fixed_order_sum.cuh", "segment_tiles.cuh", "adaln_row_gather_backward.cuh"};
     case Op::RmsNormBackward: return {"quad_io.cuh", "fixed_order_sum.cuh", "row_sum.cuh", "rms_norm_backward.cuh"};
@@ -80,7 +82,8 @@ std::string op_constants(const KernelSpec& spec) {
     case Op::TimestepSinusoid: return render_sinusoid_constants(spec);
     case Op::DetLinear:
     case Op::DetLinearInputGrad:
-    case Op::DetLinearWeightGrad: return render_det_linear_constants(spec);
+    case Op::DetLinearWeightGrad:
+    case Op::DetLinearInputFold: return render_det_linear_constants(spec);
     default: return render_backward_constants(spec);
   }
 }

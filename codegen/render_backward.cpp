@@ -4,6 +4,7 @@
 #include "codegen/geometry.hpp"
 #include "codegen/render.hpp"
 #include "kernels/det_linear.hpp"
+#include "kernels/det_linear_backward.hpp"
 #include "kernels/segment_plan.hpp"
 
 #include <fmt/format.h>
@@ -38,17 +39,25 @@ std::string render_det_linear_constants(const KernelSpec& spec) {
         fmt::arg("warps", g.warps), fmt::arg("columns", g.columns_per_warp), fmt::arg("depth", g.depth),
         fmt::arg("tile", g.tile_chunks));
   }
+  if (spec.op != Op::DetLinear && spec.dtype == DType::BF16)  // the bf16 backward (det_linear_backward.hpp)
+    geometry = fmt::format(
+        "constexpr bool kGradBf16 = {grad_bf16};  // the incoming gradient: bf16 (else fp32)\n"
+        "constexpr int kThreads = {threads};  // per block (partials, weight grad: 8 inputs k per thread)\n"
+        "constexpr int kFoldDepth = {depth};  // fold: partials loaded ahead per thread\n",
+        fmt::arg("grad_bf16", spec.grad_dtype == DType::BF16 ? "true" : "false"),
+        fmt::arg("threads", det_linear_bf16_backward_threads(spec.op, spec.hidden)),
+        fmt::arg("depth", kDetLinearFoldDepth));
   return fmt::format(
       "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
       "constexpr int kInFeatures = {k};\n"
       "constexpr long long kOutFeatures = {n};\n"
       "constexpr int kRowTile = {rows};\n"
       "constexpr bool kSilu = {silu};  // fp32: SiLU on the output; bf16: on the input before the cast\n"
-      "constexpr int kMode = {mode};  // backward: 0 input partials, 1 weight and bias\n"
+      "constexpr int kMode = {mode};  // backward: 0 input partials, 1 weight and bias, 2 input fold (bf16)\n"
       "constexpr int kTargetArch = {arch};\n",
       fmt::arg("op_code", static_cast<int>(spec.op) + 1), fmt::arg("k", spec.hidden), fmt::arg("n", spec.out_features),
       fmt::arg("rows", spec.row_tile), fmt::arg("silu", spec.silu ? "true" : "false"),
-      fmt::arg("mode", spec.op == Op::DetLinearWeightGrad ? 1 : 0), fmt::arg("arch", spec.target.sm)) + geometry;
+      fmt::arg("mode", spec.op == Op::DetLinearWeightGrad ? 1 : spec.op == Op::DetLinearInputFold ? 2 : 0), fmt::arg("arch", spec.target.sm)) + geometry;
 }
 
 }  // namespace exactjit::codegen

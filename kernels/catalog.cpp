@@ -2,6 +2,7 @@
 #include "kernels/catalog.hpp"
 
 #include "kernels/det_linear.hpp"
+#include "kernels/det_linear_backward.hpp"
 #include "kernels/rms_norm.hpp"
 #include "kernels/timestep_sinusoid.hpp"
 #include "runtime/errors.hpp"
@@ -44,7 +45,15 @@ std::vector<KernelSpec> backward_family(Op op, DType dtype, int64_t hidden, int6
       break;
     case Op::DetLinearInputGrad:  // hidden = in_features, table_stride = out_features; both activations
     case Op::DetLinearWeightGrad:
-      for (bool silu : {false, true}) specs.push_back(det_linear_spec(DType::F32, hidden, table_stride, silu, op));
+    case Op::DetLinearInputFold:  // bf16 weights: both gradient dtypes
+      for (bool silu : {false, true}) {
+        if (dtype != DType::BF16) {
+          if (op != Op::DetLinearInputFold) specs.push_back(det_linear_spec(DType::F32, hidden, table_stride, silu, op));
+          continue;
+        }
+        for (DType grad : {DType::BF16, DType::F32})
+          specs.push_back(det_linear_backward_spec(DType::BF16, hidden, table_stride, silu, op, grad));
+      }
       break;
     case Op::SegmentCount:  // hidden: index tensors per key (1, or 2 for adaln_row_gather)
       for (IndexType index : both) specs.push_back(make_spec(op, DType::F32, index, hidden, 0, 1));
@@ -153,6 +162,15 @@ std::vector<KernelSpec> default_catalog(Target target) {
       spec.target = target;
       specs.push_back(spec);
     }
+  // Their backward with bf16 weights (SiLU on the input), for a bf16 or an fp32 incoming gradient
+  // (the table gradient of adaln_row_gather_backward can stay fp32).
+  for (int64_t n : {18 * kDefaultHidden, 2 * kDefaultHidden})
+    for (Op op : {Op::DetLinearInputGrad, Op::DetLinearInputFold, Op::DetLinearWeightGrad})
+      for (DType grad : {DType::BF16, DType::F32}) {
+        KernelSpec spec = det_linear_backward_spec(DType::BF16, kTimeEmbedDim, n, true, op, grad);
+        spec.target = target;
+        specs.push_back(spec);
+      }
   for (const KernelSpec& spec : {det_linear_spec(DType::F32, kSinusoidChannels, 2 * kTimeEmbedDim, true),
                                  det_linear_spec(DType::F32, 2 * kTimeEmbedDim, kTimeEmbedDim, false),
                                  det_linear_spec(DType::BF16, kTimeEmbedDim, 18 * kDefaultHidden, true),
@@ -198,7 +216,12 @@ llvm::Error validate_spec(const KernelSpec& spec) {
     }
     case Op::DetLinearInputGrad:
     case Op::DetLinearWeightGrad:
-      if (spec.dtype != DType::F32) return bad("the det_linear backward kernels are fp32 (bf16 weights: not yet)");
+    case Op::DetLinearInputFold:
+      if (spec.dtype == DType::F16) return bad("det_linear weights are bf16 or fp32");
+      if (spec.dtype == DType::F32 && (spec.op == Op::DetLinearInputFold || spec.grad_dtype != DType::F32))
+        return bad("the fp32 det_linear backward takes an fp32 gradient and folds with segment_fold");
+      if (spec.dtype == DType::BF16 && (spec.grad_dtype == DType::F16 || spec.hidden % 16 != 0))
+        return bad("the bf16 det_linear backward takes a bf16 or fp32 gradient and in_features % 16 == 0");
       if (spec.out_features < 1 || spec.out_features > INT_MAX) return bad("out_features must be in [1, 2^31)");
       if (spec.row_tile != 8) return bad("the row tile is 8");
       return llvm::Error::success();

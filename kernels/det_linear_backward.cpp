@@ -8,19 +8,101 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <climits>
 
 namespace exactjit {
 namespace {
 constexpr std::string_view kOp = "det_linear_backward";
 ArgName arg(std::string_view name) { return {kOp, name}; }
-constexpr int64_t kChunk = 64, kColumns = 128, kMaxRows = 8;
+constexpr int64_t kChunk = 64, kColumns = 128, kMaxRows = 8, kWeightGridRows = 1760;
 }  // namespace
 
 int64_t det_linear_backward_workspace(int64_t rows, int64_t in_features, int64_t out_features) {
   if (rows < 1 || rows > kMaxRows || in_features < 1 || out_features < 1) return -1;
   return align_workspace((out_features + kChunk - 1) / kChunk * rows * in_features * 4);
 }
+
+int det_linear_bf16_backward_threads(Op op, int64_t /*in_features*/) {
+  return op == Op::DetLinearInputFold ? 256 : static_cast<int>(kColumns);
+}
+
+int64_t det_linear_bf16_backward_column_blocks(int64_t in_features) {
+  return (in_features / 8 + kColumns - 1) / kColumns;
+}
+
+KernelSpec det_linear_backward_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu, Op op,
+                                    DType grad_dtype) {
+  KernelSpec spec = det_linear_spec(weight_dtype, in_features, out_features, silu, op);
+  if (weight_dtype == DType::BF16) spec.grad_dtype = grad_dtype;
+  return spec;
+}
+
+namespace {
+
+// bf16 weights (templates/det_linear_grad_bf16.cuh): x is temb (fp32, before SiLU and the cast),
+// grad bf16 or fp32, d_weight and d_bias bf16, d_input fp32. The partials kernel and its fold
+// (the fold applies SiLU's derivative), then the weight/bias kernel over a wave-sized grid.
+llvm::Expected<LaunchSequence> plan_bf16(const DetLinearBackwardArgs& a, llvm::SmallVector<NamedTensor, 8>& tensors) {
+  const int64_t rows = a.x.shape[0], in_features = a.x.shape[1], out_features = a.weight.shape[0];
+  if (in_features % 16 != 0)
+    return invalid(arg("x"), fmt::format("in_features must be a multiple of 16 for bfloat16 weights (got {})", in_features));
+  if (auto err = require_dense(arg("weight"), a.weight, {out_features, in_features}, DType::BF16)) return err;
+  auto grad_dtype = float_dtype(arg("grad"), a.grad);
+  if (!grad_dtype) return grad_dtype.takeError();
+  if (*grad_dtype == DType::F16) return invalid(arg("grad"), "must be bfloat16 or float32 for bfloat16 weights");
+  if (auto err = require_dense(arg("grad"), a.grad, {rows, out_features}, *grad_dtype)) return err;
+  if (a.pre_activation)
+    return invalid(arg("pre_activation"), "must be null for bfloat16 weights (SiLU is on the input, recomputed from x)");
+  if (a.d_input)
+    if (auto err = require_dense(arg("d_input"), *a.d_input, {rows, in_features}, DType::F32)) return err;
+  if (a.d_weight)
+    if (auto err = require_dense(arg("d_weight"), *a.d_weight, {out_features, in_features}, DType::BF16)) return err;
+  if (a.d_bias)
+    if (auto err = require_dense(arg("d_bias"), *a.d_bias, {out_features}, DType::BF16)) return err;
+  if (data_address(a.x) % 16 != 0 || data_address(a.weight) % 16 != 0 || (a.d_weight && data_address(*a.d_weight) % 16 != 0))
+    return invalid(arg("x"), "x, weight and d_weight must be 16-byte aligned (16-byte vectors)");
+  if (a.d_input)
+    if (auto err = require_workspace(arg("workspace"), a.workspace,
+                                     det_linear_backward_workspace(rows, in_features, out_features)))
+      return err;
+  const DLTensor* outputs[] = {a.d_input, a.d_weight, a.d_bias, a.d_input ? a.workspace : nullptr};
+  for (const auto& [name, t] : tensors)
+    for (const DLTensor* o : outputs)
+      if (o && o != t && overlaps(*o, *t)) return invalid(arg(name), "must not overlap an output or the workspace");
+
+  LaunchSequence sequence;
+  const int device = a.x.device.device_id;
+  const uint32_t column_blocks = static_cast<uint32_t>(det_linear_bf16_backward_column_blocks(in_features));
+  auto add = [&](Op op, uint32_t grid_x, uint32_t grid_y, uint64_t partials, uint64_t d_input, uint64_t d_weight,
+                 uint64_t d_bias) {
+    LaunchPlan& plan =
+        sequence.add(det_linear_backward_spec(DType::BF16, in_features, out_features, a.silu, op, *grad_dtype), device,
+                     grid_x, static_cast<uint32_t>(det_linear_bf16_backward_threads(op, in_features)));
+    plan.grid_y = grid_y;
+    for (uint64_t v : {data_address(a.grad), data_address(a.x), data_address(a.weight), partials, d_input, d_weight,
+                       d_bias, static_cast<uint64_t>(rows)})
+      plan.push(v);
+  };
+  if (a.d_input) {
+    const int64_t chunks = (out_features + kChunk - 1) / kChunk;
+    if (chunks > 65535) return invalid(arg("weight"), "has too many rows for the chunked d_input");
+    const uint64_t ws = data_address(*a.workspace);
+    add(Op::DetLinearInputGrad, column_blocks, static_cast<uint32_t>(chunks), ws, 0, 0, 0);
+    add(Op::DetLinearInputFold, static_cast<uint32_t>((in_features + 255) / 256), static_cast<uint32_t>(rows), ws,
+        data_address(*a.d_input), 0, 0);
+  }
+  if (a.d_weight || a.d_bias) {
+    // Rows n are strided by grid_y: one grid of kWeightGridRows row slices (about 8 waves of
+    // 5 blocks per SM on 132 SMs), whatever N.
+    const int64_t slices = std::min<int64_t>(out_features, kWeightGridRows);
+    add(Op::DetLinearWeightGrad, column_blocks, static_cast<uint32_t>(slices), 0, 0,
+        a.d_weight ? data_address(*a.d_weight) : 0, a.d_bias ? data_address(*a.d_bias) : 0);
+  }
+  return sequence;
+}
+
+}  // namespace
 
 llvm::Expected<LaunchSequence> plan_det_linear_backward(const DetLinearBackwardArgs& a) {
   llvm::SmallVector<NamedTensor, 8> tensors = {{"grad", &a.grad}, {"x", &a.x}, {"weight", &a.weight}};
@@ -34,6 +116,9 @@ llvm::Expected<LaunchSequence> plan_det_linear_backward(const DetLinearBackwardA
   if (rows < 1 || rows > kMaxRows) return invalid(arg("x"), fmt::format("must have 1..{} rows (got {})", kMaxRows, rows));
   if (in_features > INT_MAX || out_features > INT_MAX) return invalid(arg("weight"), "is too large");
   if (auto err = require_dense(arg("x"), a.x, {rows, in_features}, DType::F32)) return err;
+  auto weight_dtype = float_dtype(arg("weight"), a.weight);
+  if (!weight_dtype) return weight_dtype.takeError();
+  if (*weight_dtype == DType::BF16) return plan_bf16(a, tensors);
   if (auto err = require_dense(arg("weight"), a.weight, {out_features, in_features}, DType::F32)) return err;
   if (auto err = require_dense(arg("grad"), a.grad, {rows, out_features}, DType::F32)) return err;
   if (a.silu && !a.pre_activation) return invalid(arg("pre_activation"), "is required with silu (the forward saves it)");

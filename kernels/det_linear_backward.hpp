@@ -1,6 +1,9 @@
-// exactjit op det_linear, backward with fp32 weights (NUMERICS.md; docs/det_linear.md): d_input in
-// fixed 64-output chunks folded in ascending order, d_weight and d_bias as ascending-row chains,
-// fp32, no atomics. With SiLU the gradient passes through the saved pre-activation.
+// exactjit op det_linear, backward (NUMERICS.md; docs/det_linear.md): d_input in fixed 64-output
+// chunks folded in ascending order, d_weight and d_bias as ascending-row chains, fp32, no atomics.
+// fp32 weights: with SiLU the gradient passes through the saved pre-activation (the output's
+// SiLU). bf16 weights (the AdaLN projections, out = rT(x @ W^T + b), x = rT(silu(temb)) or
+// rT(temb)): grad bf16 or fp32, d_input is d_temb (fp32, through the cast as identity and SiLU's
+// derivative at temb), d_weight and d_bias bf16 (one rounding each).
 #pragma once
 
 #include "kernels/launch_plan.hpp"
@@ -11,20 +14,35 @@
 namespace exactjit {
 
 struct DetLinearBackwardArgs {
-  const DLTensor& grad;            ///< (T, N) float32, T <= 8: the gradient at the output
-  const DLTensor* pre_activation;  ///< (T, N) float32 saved by the forward (required with silu)
-  const DLTensor& x;               ///< (T, K) float32, the forward's input
-  const DLTensor& weight;          ///< (N, K) float32
+  const DLTensor& grad;            ///< (T, N), T <= 8: float32 (bf16 weights: float32 or bfloat16)
+  const DLTensor* pre_activation;  ///< fp32 weights: (T, N) float32 saved by the forward (required with silu); bf16: null
+  const DLTensor& x;               ///< (T, K) float32, the forward's input (bf16 weights: temb, before SiLU and the cast)
+  const DLTensor& weight;          ///< (N, K) float32 or bfloat16
   const DLTensor* d_input;         ///< (T, K) float32, or null
-  const DLTensor* d_weight;        ///< (N, K) float32, or null
-  const DLTensor* d_bias;          ///< (N,) float32, or null
+  const DLTensor* d_weight;        ///< (N, K) in the weight's dtype, or null
+  const DLTensor* d_bias;          ///< (N,) in the weight's dtype, or null
   const DLTensor* workspace;       ///< uint8, det_linear_backward_workspace bytes (needed for d_input)
-  bool silu;
+  bool silu;                       ///< fp32: SiLU on the output; bf16: SiLU on temb before the cast
 };
 
 /// Workspace bytes: the d_input partials, ceil(N / 64) x T x K floats (-1: invalid shapes).
 int64_t det_linear_backward_workspace(int64_t rows, int64_t in_features, int64_t out_features);
 
 llvm::Expected<LaunchSequence> plan_det_linear_backward(const DetLinearBackwardArgs& args);
+
+/// The bf16 backward's geometry, a pure function of K (baked into the generated source and used by
+/// the planner): threads per block of the partials and weight-grad kernels (a thread owns 8
+/// consecutive inputs k, one 16-byte vector of a weight row; K / 8 vectors rounded up to whole warps
+/// when <= 512, else 256 per block and more column blocks), and of the fold (256).
+int det_linear_bf16_backward_threads(Op op, int64_t in_features);
+/// Column blocks of the bf16 partials and weight-grad kernels.
+int64_t det_linear_bf16_backward_column_blocks(int64_t in_features);
+/// Partials a fold thread loads ahead (loads in flight per thread).
+inline constexpr int kDetLinearFoldDepth = 32;
+
+/// The spec of a det_linear backward kernel: DetLinearInputGrad, DetLinearWeightGrad, or (bf16)
+/// DetLinearInputFold; grad_dtype is the incoming gradient's (bf16 weights only).
+KernelSpec det_linear_backward_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu, Op op,
+                                    DType grad_dtype = DType::F32);
 
 }  // namespace exactjit

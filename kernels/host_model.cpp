@@ -216,4 +216,40 @@ void det_linear_fp32_backward_model(const float* grad, const float* pre_activati
   }
 }
 
+void det_linear_bf16_backward_model(const float* grad, const float* temb, const uint16_t* weight, int64_t rows,
+                                    int64_t in_features, int64_t out_features, bool silu, float* d_input,
+                                    uint16_t* d_weight, uint16_t* d_bias) {
+  auto widen = [](uint16_t bits) { return xj::to_float(xj::bf16{bits}); };
+  if (d_input) {
+    std::vector<float> w(static_cast<size_t>(out_features * in_features));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = widen(weight[i]);
+    // Without SiLU the fp32 model's d_input is the chunked, compensated d_x exactly.
+    det_linear_fp32_backward_model(grad, nullptr, nullptr, w.data(), rows, in_features, out_features, false, d_input,
+                                   nullptr, nullptr);
+    for (int64_t i = 0; silu && i < rows * in_features; ++i) {
+      const float v = temb[i];
+      const float s = xj::div(1.0f, xj::add(1.0f, std::exp(-v)));
+      d_input[i] = xj::mul(d_input[i], xj::mul(s, xj::add(1.0f, xj::mul(v, xj::sub(1.0f, s)))));
+    }
+  }
+  std::vector<float> x(static_cast<size_t>(rows * in_features));
+  for (size_t i = 0; i < x.size(); ++i) {
+    float v = temb[i];
+    if (silu) v = xj::div(v, xj::add(1.0f, std::exp(-v)));
+    x[i] = xj::to_float(xj::round_to<xj::bf16>(v));
+  }
+  for (int64_t n = 0; n < out_features; ++n) {
+    if (d_bias) {
+      xj::CompensatedSum b;
+      for (int64_t t = 0; t < rows; ++t) b.add(grad[t * out_features + n]);
+      d_bias[n] = xj::round_to<xj::bf16>(b.value()).bits;
+    }
+    for (int64_t k = 0; d_weight && k < in_features; ++k) {
+      float acc = 0.0f;
+      for (int64_t t = 0; t < rows; ++t) acc = xj::fma(grad[t * out_features + n], x[t * in_features + k], acc);
+      d_weight[n * in_features + k] = xj::round_to<xj::bf16>(acc).bits;
+    }
+  }
+}
+
 }  // namespace exactjit

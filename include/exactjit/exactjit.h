@@ -76,7 +76,7 @@ XJ_API exactjit_status_t xj_det_linear(xj_runtime* runtime, const DLTensor* x, c
                                        const DLTensor* bias, const DLTensor* out, const DLTensor* pre_activation,
                                        int silu, void* stream);
 
-/* det_linear backward, fp32 weights, T <= 8 (exactjit.hpp). Outputs may be NULL; the workspace
+/* det_linear backward, fp32 or bf16 weights, T <= 8 (exactjit.hpp). Outputs may be NULL; the workspace
  * (det_linear_backward_workspace_bytes) is needed for d_input. */
 XJ_API long long xj_det_linear_backward_workspace_bytes(long long rows, long long in_features,
                                                         long long out_features);

@@ -84,9 +84,12 @@ class Runtime {
   Status det_linear(const DLTensor& x, const DLTensor& weight, const DLTensor* bias, const DLTensor& out,
                     const DLTensor* pre_activation, bool silu, void* stream);
 
-  /// det_linear backward, fp32 weights, T <= 8: d_input (T, K), d_weight (N, K), d_bias (N,), all
-  /// float32 and each optional; pre_activation is the forward's (required with silu); workspace
-  /// as det_linear_backward_workspace_bytes says (needed for d_input).
+  /// det_linear backward, T <= 8: d_input (T, K) float32, d_weight (N, K), d_bias (N,), each
+  /// optional; workspace as det_linear_backward_workspace_bytes says (needed for d_input). fp32
+  /// weights: grad float32, all outputs float32, pre_activation the forward's (required with silu).
+  /// bf16 weights (the AdaLN projection): x is temb (float32, before SiLU and the cast), grad
+  /// bfloat16 or float32 (consumed as is), pre_activation null, d_weight and d_bias bfloat16; silu
+  /// as in the forward (d_input goes through SiLU's derivative at temb).
   Status det_linear_backward(const DLTensor& grad, const DLTensor* pre_activation, const DLTensor& x,
                              const DLTensor& weight, const DLTensor* d_input, const DLTensor* d_weight,
                              const DLTensor* d_bias, const DLTensor* workspace, bool silu, void* stream);

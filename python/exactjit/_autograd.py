@@ -12,6 +12,8 @@ What each Function saves, and why (nothing else is kept alive by the graph):
   AdalnRowGather    the two index tensors and R (the table's row count and dtype, not the table).
   TimestepSinusoid  t and the parameters.
   DetLinear         x, weight and the fp32 pre-activation (the SiLU's derivative needs it).
+  DetLinearBf16     temb (fp32, before the SiLU and the bf16 cast) and weight: the backward
+                    recomputes rT(silu(temb)) and SiLU's derivative from temb (adaln_projection).
 
 Gradients into AdaLN tables: the ops take views such as `table.view(3T, 6H)[:, 2H:3H]`; a
 backward returns a dense (R, H) gradient for that view and autograd's own view backward scatters
@@ -154,3 +156,38 @@ class DetLinear(Function):
         d_x, d_w, d_b = ctx.rt.det_linear_backward(grad, x, weight, pre, silu=ctx.silu, need_input=need_x,
                                                    need_weight=need_weight, need_bias=need_bias and ctx.has_bias)
         return None, d_x, d_w, d_b, None
+
+
+class DetLinearBf16(Function):
+    """out = rT(rT(silu(temb)) @ weight.T + bias) with bfloat16 weights (the AdaLN projection;
+    silu=False: rT(temb)); also the non-differentiable float32 pre-activation (empty unless
+    with_pre). Inputs: (runtime, temb, weight, bias, silu, with_pre). The incoming gradient is
+    consumed as is (bfloat16, or float32); d_temb is float32 (cast back to temb's dtype), d_weight
+    and d_bias bfloat16."""
+
+    @staticmethod
+    def forward(ctx, rt, temb, weight, bias, silu, with_pre):
+        out, pre = rt._det_linear(temb, weight, bias, silu, with_pre)
+        ctx.rt = rt
+        ctx.silu = silu
+        ctx.has_bias = bias is not None
+        ctx.temb_dtype = temb.dtype
+        ctx.save_for_backward(temb, weight)
+        if pre is None:
+            pre = out.new_empty((0,), dtype=torch.float32)
+        ctx.mark_non_differentiable(pre)
+        return out, pre
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad, _grad_pre):
+        _, need_temb, need_weight, need_bias, _, _ = ctx.needs_input_grad
+        need_bias = need_bias and ctx.has_bias
+        if not (need_temb or need_weight or need_bias):
+            return None, None, None, None, None, None
+        temb, weight = ctx.saved_tensors
+        d_temb, d_w, d_b = ctx.rt.det_linear_backward(grad, temb, weight, None, silu=ctx.silu, need_input=need_temb,
+                                                      need_weight=need_weight, need_bias=need_bias)
+        if d_temb is not None and d_temb.dtype != ctx.temb_dtype:
+            d_temb = d_temb.to(ctx.temb_dtype)
+        return None, d_temb, d_w, d_b, None, None

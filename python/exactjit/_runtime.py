@@ -345,13 +345,15 @@ class Runtime:
         float32 (fma chains; silu applies SiLU to the output; out float32) or bfloat16 (tensor-core
         mma; silu applies SiLU to x before its bf16 cast, as the AdaLN projection does; out
         bfloat16). bias (N,) in the weight's dtype or None. With return_pre_activation, also the
-        float32 x @ weight.T + bias. Differentiable for float32 weights with T <= 8 (the bf16
-        backward is not built yet: asking for its gradients raises NotImplementedError)."""
+        float32 x @ weight.T + bias. Differentiable for T <= 8 (the backward's row limit) in x,
+        weight and bias, for float32 and bfloat16 weights (det_linear_backward)."""
         torch = _import_torch()
         if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
-            if weight.dtype != torch.float32:
-                raise NotImplementedError("det_linear: gradients through bfloat16 weights are not built yet")
-            out, pre = _autograd().DetLinear.apply(self, x, weight, bias, bool(silu))
+            if weight.dtype == torch.float32:
+                out, pre = _autograd().DetLinear.apply(self, x, weight, bias, bool(silu))
+            else:
+                out, pre = _autograd().DetLinearBf16.apply(self, x, weight, bias, bool(silu),
+                                                           bool(return_pre_activation))
             return (out, pre.detach()) if return_pre_activation else out
         out, pre = self._det_linear(x, weight, bias, silu, return_pre_activation)
         return (out, pre) if return_pre_activation else out
@@ -375,16 +377,29 @@ class Runtime:
 
     def det_linear_backward(self, grad, x, weight, pre_activation=None, *, silu=False, need_input=True,
                             need_weight=True, need_bias=True):
-        """Gradients of det_linear with float32 weights, T <= 8: (d_input, d_weight, d_bias), each
-        None when not asked for. d_input in fixed 64-output chunks folded in order, d_weight and
-        d_bias as chains over the rows; pre_activation (the forward's) is required with silu."""
+        """Gradients of det_linear, T <= 8: (d_input, d_weight, d_bias), each None when not asked
+        for. d_input (float32) in fixed 64-output chunks folded in order, d_weight and d_bias (in
+        the weight's dtype) as chains over the rows.
+        float32 weights: grad is used as float32; pre_activation (the forward's) is required with silu.
+        bfloat16 weights (the AdaLN projection): x is the forward's temb (float32, before SiLU and
+        the bf16 cast), grad bfloat16 or float32 (consumed as is: an fp32 table gradient, e.g.
+        adaln_row_gather_backward(..., dtype=torch.float32), is not rounded first); silu as in the
+        forward (d_input goes through SiLU's derivative at temb); pre_activation must be None."""
         torch = _import_torch()
         op = "det_linear_backward"
-        grad = grad.float().contiguous()
+        bf16 = weight.dtype == torch.bfloat16
+        if bf16:
+            if pre_activation is not None:
+                raise invalid_argument(f"{op}: pre_activation must be None for bfloat16 weights")
+            grad = (grad if grad.dtype in (torch.bfloat16, torch.float32) else grad.float()).contiguous()
+            x = x.float().contiguous()
+        else:
+            grad = grad.float().contiguous()
         rows, in_features, out_features = x.shape[0], x.shape[1], weight.shape[0]
         d_input = torch.empty_like(x, dtype=torch.float32) if need_input else None
-        d_weight = torch.empty_like(weight, dtype=torch.float32) if need_weight else None
-        d_bias = torch.empty((out_features,), dtype=torch.float32, device=x.device) if need_bias else None
+        d_weight = torch.empty_like(weight, dtype=weight.dtype if bf16 else torch.float32) if need_weight else None
+        d_bias = (torch.empty((out_features,), dtype=weight.dtype if bf16 else torch.float32, device=x.device)
+                  if need_bias else None)
         workspace = (_workspace(torch, op, "xj_det_linear_backward_workspace_bytes", x.device, rows=rows,
                                 in_features=in_features, out_features=out_features) if need_input else None)
         names = ("grad", "pre_activation", "x", "weight", "d_input", "d_weight", "d_bias", "workspace")
@@ -404,11 +419,13 @@ class Runtime:
         det_linear(., w2, b2) (256 -> 5376 -> 2688 for H3). Differentiable."""
         return self.det_linear(self.det_linear(features, w1, b1, silu=True), w2, b2)
 
-    def adaln_projection(self, temb, weight, bias):
-        """The AdaLN table rT(silu(temb)) @ weight.T + bias with bfloat16 weights on tensor cores
-        (the SiLU and the cast fused into the GEMV): (T, 18H) for a block, (T, 2H) for the final
-        norm. Forward only for now."""
-        return self.det_linear(temb, weight, bias, silu=True)
+    def adaln_projection(self, temb, weight, bias, *, silu=True):
+        """The AdaLN table rT(silu(temb)) @ weight.T + bias (silu=False: rT(temb) @ ...) with
+        bfloat16 weights on tensor cores (the SiLU and the cast fused into the GEMV): (T, 18H) for
+        a block, (T, 2H) for the final norm. Differentiable in temb, weight and bias for T <= 8
+        (an autograd Function that saves temb and weight; through autograd the gradient arrives in
+        the table's bfloat16; det_linear_backward also takes a float32 one)."""
+        return self.det_linear(temb, weight, bias, silu=silu)
 
     # Backward passes (NUMERICS.md): deterministic, no host synchronisation, CUDA-graph safe. Each
     # launches on torch's current stream of the tensors' device and returns at once; a bad index

@@ -1,0 +1,406 @@
+// det_linear backward with bf16 weights on the CPU (templates/det_linear_grad_bf16.cuh): the
+// planner's rules (dtypes, shapes, a bf16 or fp32 gradient, T <= 8), the PTX audit of every new
+// spec (no TF32, no mma, no atomics, nothing approximate but libdevice's expf, exactly the written
+// fma and TwoSums, 16-byte weight loads and stores), the default catalog's projection specs, and
+// the host model against long double and against itself (a row alone vs in a batch).
+#include "codegen/render.hpp"
+#include "kernels/catalog.hpp"
+#include "kernels/det_linear.hpp"
+#include "kernels/det_linear_backward.hpp"
+#include "kernels/host_model.hpp"
+#include "runtime/errors.hpp"
+#include "runtime/nvrtc.hpp"
+#include "support/fake_tensor.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <regex>
+
+#include "templates/numerics.cuh"
+
+namespace exactjit {
+namespace {
+
+using test::FakeTensor;
+using test::GiB;
+using test::kBF16;
+using test::kF32;
+
+constexpr double kUlp = 1.0 / (1 << 24);
+constexpr int64_t kK = 2688, kBlockN = 18 * 5376, kFinalN = 2 * 5376;
+
+size_t count(const std::string& text, const char* pattern) {
+  const std::regex re(pattern);
+  return static_cast<size_t>(std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
+}
+
+std::string ptx_of(const KernelSpec& spec) {
+  const Nvrtc* nvrtc = *Nvrtc::get();
+  auto ptx = nvrtc->ptx(codegen::render(spec));
+  EXPECT_TRUE(static_cast<bool>(ptx)) << (ptx ? "" : llvm::toString(ptx.takeError()));
+  return ptx ? *ptx : std::string();
+}
+
+// ---- the planner ----
+
+struct BackwardCall {
+  int64_t rows = 3, n = kBlockN;
+  DLDataType grad_dtype = kBF16;
+  FakeTensor grad, temb, weight, d_input, d_weight, d_bias, workspace;
+  explicit BackwardCall(int64_t t = 3, DLDataType g = kBF16, int64_t out = kBlockN)
+      : rows(t), n(out), grad_dtype(g), grad{1 * GiB, {t, out}, g}, temb{2 * GiB, {t, kK}, kF32},
+        weight{3 * GiB, {out, kK}, kBF16}, d_input{8 * GiB, {t, kK}, kF32}, d_weight{9 * GiB, {out, kK}, kBF16},
+        d_bias{10 * GiB, {out}, kBF16}, workspace{11 * GiB, {std::max<int64_t>(det_linear_backward_workspace(t, kK, out), 1)}, test::kU8} {}
+  DetLinearBackwardArgs args() {
+    return {grad.t, nullptr, temb.t, weight.t, &d_input.t, &d_weight.t, &d_bias.t, &workspace.t, true};
+  }
+};
+
+std::string error_of(llvm::Expected<LaunchSequence> sequence) {
+  if (sequence) return "";
+  return llvm::toString(sequence.takeError());
+}
+
+TEST(DetLinearBf16BackwardValidation, PlansPartialsFoldAndWeightGrad) {
+  for (DLDataType g : {kBF16, kF32})
+    for (int64_t n : {kBlockN, kFinalN}) {
+      BackwardCall call(3, g, n);
+      auto sequence = plan_det_linear_backward(call.args());
+      ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
+      ASSERT_EQ(sequence->count, 3);
+      const DType grad_dtype = g.code == kDLBfloat ? DType::BF16 : DType::F32;
+      const Op ops[] = {Op::DetLinearInputGrad, Op::DetLinearInputFold, Op::DetLinearWeightGrad};
+      for (int i = 0; i < 3; ++i) {
+        const KernelSpec& spec = sequence->steps[i].spec;
+        EXPECT_EQ(spec.op, ops[i]);
+        EXPECT_EQ(spec.dtype, DType::BF16);
+        EXPECT_EQ(spec.grad_dtype, grad_dtype);
+        EXPECT_TRUE(spec.silu);
+        EXPECT_EQ(spec.out_features, n);
+        EXPECT_EQ(sequence->steps[i].params[7], 3u) << "rows";
+      }
+      EXPECT_EQ(sequence->steps[0].grid, 3u);  // 336 vectors of 8 inputs over 128-thread blocks
+      EXPECT_EQ(sequence->steps[0].grid_y, static_cast<uint32_t>(n / 64));
+      EXPECT_EQ(sequence->steps[0].threads, 128u);
+      EXPECT_EQ(sequence->steps[1].grid, static_cast<uint32_t>((kK + 255) / 256));
+      EXPECT_EQ(sequence->steps[1].grid_y, 3u);
+      EXPECT_EQ(sequence->steps[2].grid, 3u);
+      EXPECT_EQ(sequence->steps[2].grid_y, static_cast<uint32_t>(std::min<int64_t>(n, 1760)));
+      // The partials go to the workspace and the fold reads them from there.
+      EXPECT_EQ(sequence->steps[0].params[3], 11 * GiB);
+      EXPECT_EQ(sequence->steps[1].params[3], 11 * GiB);
+      EXPECT_EQ(sequence->steps[1].params[4], 8 * GiB);
+    }
+}
+
+TEST(DetLinearBf16BackwardValidation, OnlyTheAskedOutputs) {
+  BackwardCall call;
+  auto only_weight = plan_det_linear_backward(
+      {call.grad.t, nullptr, call.temb.t, call.weight.t, nullptr, &call.d_weight.t, nullptr, nullptr, true});
+  ASSERT_TRUE(static_cast<bool>(only_weight)) << llvm::toString(only_weight.takeError());
+  ASSERT_EQ(only_weight->count, 1);
+  EXPECT_EQ(only_weight->steps[0].spec.op, Op::DetLinearWeightGrad);
+  EXPECT_EQ(only_weight->steps[0].params[6], 0u) << "no d_bias";
+  auto only_input = plan_det_linear_backward(
+      {call.grad.t, nullptr, call.temb.t, call.weight.t, &call.d_input.t, nullptr, nullptr, &call.workspace.t, false});
+  ASSERT_TRUE(static_cast<bool>(only_input)) << llvm::toString(only_input.takeError());
+  ASSERT_EQ(only_input->count, 2);
+  EXPECT_FALSE(only_input->steps[1].spec.silu);
+}
+
+TEST(DetLinearBf16BackwardValidation, RejectsBadArguments) {
+  auto expect_error = [](BackwardCall& call, DetLinearBackwardArgs args, const char* needle) {
+    const std::string error = error_of(plan_det_linear_backward(args));
+    EXPECT_NE(error.find(needle), std::string::npos) << "got: " << error;
+    (void)call;
+  };
+  {
+    BackwardCall call(3, DLDataType{kDLFloat, 16, 1});
+    expect_error(call, call.args(), "grad");
+  }
+  {
+    BackwardCall call(9);
+    expect_error(call, call.args(), "rows");
+  }
+  {
+    BackwardCall call;
+    FakeTensor pre{12 * GiB, {3, kBlockN}, kF32};
+    auto args = call.args();
+    DetLinearBackwardArgs with_pre{args.grad, &pre.t, args.x, args.weight, args.d_input, args.d_weight, args.d_bias,
+                                   args.workspace, true};
+    expect_error(call, with_pre, "pre_activation must be null");
+  }
+  {
+    BackwardCall call;
+    FakeTensor d_weight32{9 * GiB, {kBlockN, kK}, kF32};
+    auto args = call.args();
+    expect_error(call, {args.grad, nullptr, args.x, args.weight, args.d_input, &d_weight32.t, args.d_bias,
+                        args.workspace, true}, "d_weight");
+  }
+  {
+    BackwardCall call;
+    FakeTensor d_bias32{10 * GiB, {kBlockN}, kF32};
+    auto args = call.args();
+    expect_error(call, {args.grad, nullptr, args.x, args.weight, args.d_input, args.d_weight, &d_bias32.t,
+                        args.workspace, true}, "d_bias");
+  }
+  {
+    BackwardCall call;
+    FakeTensor grad_wrong{1 * GiB, {2, kBlockN}, kBF16};
+    auto args = call.args();
+    expect_error(call, {grad_wrong.t, nullptr, args.x, args.weight, args.d_input, args.d_weight, args.d_bias,
+                        args.workspace, true}, "grad");
+  }
+  {
+    BackwardCall call;
+    FakeTensor small{11 * GiB, {1024}, test::kU8};
+    auto args = call.args();
+    expect_error(call, {args.grad, nullptr, args.x, args.weight, args.d_input, args.d_weight, args.d_bias, &small.t,
+                        true}, "workspace");
+  }
+  {
+    BackwardCall call;
+    FakeTensor d_input_bf16{8 * GiB, {3, kK}, kBF16};
+    auto args = call.args();
+    expect_error(call, {args.grad, nullptr, args.x, args.weight, &d_input_bf16.t, args.d_weight, args.d_bias,
+                        args.workspace, true}, "d_input");
+  }
+  {  // K not a multiple of 16
+    FakeTensor grad{1 * GiB, {2, 64}, kBF16}, temb{2 * GiB, {2, 40}, kF32}, weight{3 * GiB, {64, 40}, kBF16};
+    FakeTensor d_weight{9 * GiB, {64, 40}, kBF16};
+    const std::string error =
+        error_of(plan_det_linear_backward({grad.t, nullptr, temb.t, weight.t, nullptr, &d_weight.t, nullptr, nullptr, true}));
+    EXPECT_NE(error.find("multiple of 16"), std::string::npos) << error;
+  }
+  {  // an fp32 weight still takes only an fp32 gradient
+    FakeTensor grad{1 * GiB, {2, 64}, kBF16}, x{2 * GiB, {2, 32}, kF32}, weight{3 * GiB, {64, 32}, kF32};
+    FakeTensor d_weight{9 * GiB, {64, 32}, kF32};
+    const std::string error =
+        error_of(plan_det_linear_backward({grad.t, nullptr, x.t, weight.t, nullptr, &d_weight.t, nullptr, nullptr, false}));
+    EXPECT_NE(error.find("grad"), std::string::npos) << error;
+  }
+}
+
+TEST(DetLinearBf16BackwardValidation, Fp32PathIsUnchanged) {
+  FakeTensor grad{1 * GiB, {3, 2688}, kF32}, x{2 * GiB, {3, 5376}, kF32}, w{3 * GiB, {2688, 5376}, kF32};
+  FakeTensor d_input{4 * GiB, {3, 5376}, kF32}, d_weight{5 * GiB, {2688, 5376}, kF32}, d_bias{6 * GiB, {2688}, kF32};
+  FakeTensor workspace{7 * GiB, {det_linear_backward_workspace(3, 5376, 2688)}, test::kU8};
+  auto sequence =
+      plan_det_linear_backward({grad.t, nullptr, x.t, w.t, &d_input.t, &d_weight.t, &d_bias.t, &workspace.t, false});
+  ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
+  ASSERT_EQ(sequence->count, 3);
+  EXPECT_EQ(sequence->steps[1].spec.op, Op::SegmentFold);
+  for (int i : {0, 2}) EXPECT_EQ(sequence->steps[i].spec.grad_dtype, DType::F32);
+}
+
+// ---- specs, catalog ----
+
+std::vector<KernelSpec> projection_specs() {
+  std::vector<KernelSpec> specs;
+  for (int64_t n : {kBlockN, kFinalN})
+    for (Op op : {Op::DetLinearInputGrad, Op::DetLinearInputFold, Op::DetLinearWeightGrad})
+      for (DType grad : {DType::BF16, DType::F32})
+        specs.push_back(det_linear_backward_spec(DType::BF16, kK, n, true, op, grad));
+  return specs;
+}
+
+TEST(DetLinearBf16BackwardSpec, CatalogHasTheProjectionBackwards) {
+  const Target target{90, false};
+  const std::vector<KernelSpec> catalog = default_catalog(target);
+  for (KernelSpec spec : projection_specs()) {
+    spec.target = target;
+    EXPECT_NE(std::find(catalog.begin(), catalog.end(), spec), catalog.end()) << spec.describe();
+    EXPECT_FALSE(static_cast<bool>(validate_spec(spec))) << spec.describe();
+  }
+}
+
+TEST(DetLinearBf16BackwardSpec, GradDtypeNamesTheKernel) {
+  const KernelSpec a = det_linear_backward_spec(DType::BF16, kK, kBlockN, true, Op::DetLinearInputGrad, DType::BF16);
+  const KernelSpec b = det_linear_backward_spec(DType::BF16, kK, kBlockN, true, Op::DetLinearInputGrad, DType::F32);
+  EXPECT_FALSE(a == b);
+  EXPECT_NE(a.describe(), b.describe());
+  EXPECT_NE(a.stem(), b.stem());
+  EXPECT_NE(codegen::entry_name(a), codegen::entry_name(b));
+  EXPECT_NE(KernelSpecHash{}(a), KernelSpecHash{}(b));
+  // fp32 specs keep their names (and so their cached binaries).
+  const KernelSpec f = det_linear_spec(DType::F32, 5376, 2688, false, Op::DetLinearInputGrad);
+  EXPECT_EQ(f.describe().find("grad="), std::string::npos);
+  KernelSpec bad = det_linear_backward_spec(DType::BF16, kK, kBlockN, true, Op::DetLinearInputGrad, DType::F16);
+  bad.target = Target{90, false};
+  EXPECT_TRUE(static_cast<bool>(validate_spec(bad)));
+  KernelSpec fp32_fold = det_linear_spec(DType::F32, 5376, 2688, false, Op::DetLinearInputFold);
+  fp32_fold.target = Target{90, false};
+  EXPECT_TRUE(static_cast<bool>(validate_spec(fp32_fold)));
+  const std::string text = codegen::render(a).text;
+  EXPECT_NE(text.find("constexpr bool kGradBf16 = true;"), std::string::npos);
+  EXPECT_NE(codegen::render(b).text.find("constexpr bool kGradBf16 = false;"), std::string::npos);
+}
+
+// ---- the PTX audit ----
+
+// Written instructions per kernel (templates/det_linear_grad_bf16.cuh), summed over the row
+// specialisations R = 1, 2, 4, 8 (15 row slots in all):
+// - partials: per slot and pipeline copy (kGroupsAhead = 2), 8 inputs x a chain of 4 fma and one
+//   TwoSum (4 sub) after it; 16-byte weight loads: 2 groups x 4 rows prefetched and refilled per R;
+//   two 16-byte stores per slot;
+// - fold: kFoldDepth TwoSums (4 sub each) and, with SiLU, one sub and one expf;
+// - weight grad: 8 fma per slot; one 16-byte store per R; the bias's TwoSum per row slot of 8;
+//   with SiLU, 8 expf per slot.
+struct Written {
+  size_t fma = 0, sub = 0, expf = 0, weight_loads = 0, stores_v4 = 0;
+};
+Written written(Op op, bool silu) {
+  constexpr size_t kSlots = 1 + 2 + 4 + 8;
+  Written w;
+  switch (op) {
+    case Op::DetLinearInputGrad:
+      w.fma = 2 * kSlots * 8 * 4;
+      w.sub = 2 * kSlots * 8 * 4;
+      w.weight_loads = 4 * 2 * 4 * 2;
+      w.stores_v4 = 2 * kSlots;
+      break;
+    case Op::DetLinearInputFold:
+      w.sub = 4 * kDetLinearFoldDepth + (silu ? 1 : 0);
+      w.expf = silu ? 1 : 0;
+      break;
+    default:
+      w.fma = 8 * kSlots;
+      w.sub = 4 * 8;
+      w.expf = silu ? 8 * kSlots : 0;
+      w.stores_v4 = 4;
+      break;
+  }
+  return w;
+}
+
+TEST(DetLinearBf16BackwardPtx, IsTheWrittenChainsAndCompensatedSumsOnly) {
+  std::vector<KernelSpec> specs = projection_specs();
+  for (Op op : {Op::DetLinearInputGrad, Op::DetLinearInputFold, Op::DetLinearWeightGrad})
+    specs.push_back(det_linear_backward_spec(DType::BF16, kK, kBlockN, false, op, DType::BF16));
+  for (KernelSpec spec : specs) {
+    spec.target = Target{90, false};
+    const std::string ptx = ptx_of(spec);
+    ASSERT_FALSE(ptx.empty()) << spec.describe();
+    const Written w = written(spec.op, spec.silu);
+    const size_t exps = count(ptx, "ex2\\.approx\\.ftz\\.f32");
+    // The compiler may share one row's staged x between the row specialisations (fewer calls).
+    EXPECT_LE(exps, w.expf) << spec.describe();
+    EXPECT_EQ(exps > 0, w.expf > 0) << spec.describe();
+    EXPECT_EQ(count(ptx, "tf32|\\bmma\\.|\\batom\\.|\\bred\\."), 0u) << spec.describe();
+    EXPECT_EQ(count(ptx, "\\.approx"), exps) << spec.describe() << ": only expf's ex2 is approximate";
+    EXPECT_EQ(count(ptx, "\\.ftz"), exps) << spec.describe() << ": only expf's ex2 flushes";
+    EXPECT_EQ(count(ptx, "\\bfma\\.rn\\.ftz|\\bmad\\.|\\bmul\\.rn\\.ftz"), 0u) << spec.describe();
+    const size_t fma = count(ptx, "fma\\.rn\\.f32");
+    if (exps == 0) {
+      EXPECT_EQ(fma, w.fma) << spec.describe();
+    } else {  // libdevice's expf brings the same fma's to each call
+      ASSERT_GE(fma, w.fma) << spec.describe();
+      EXPECT_EQ((fma - w.fma) % exps, 0u) << spec.describe();
+    }
+    EXPECT_EQ(count(ptx, "sub\\.rn\\.f32"), w.sub) << spec.describe();
+    if (spec.op == Op::DetLinearInputGrad) {
+      EXPECT_EQ(count(ptx, "ld\\.global\\.nc\\.L1::no_allocate\\.v4\\.u32"), w.weight_loads) << spec.describe();
+      EXPECT_EQ(count(ptx, "st\\.global\\.v4\\.f32"), w.stores_v4) << spec.describe();
+    }
+    if (spec.op == Op::DetLinearWeightGrad)
+      EXPECT_GE(count(ptx, "st\\.global\\.v4\\.(u32|b32)"), w.stores_v4) << spec.describe();  // loop copies
+    EXPECT_EQ(count(ptx, "st\\.global\\.(u16|b16)|st\\.global\\.v2"), spec.op == Op::DetLinearWeightGrad ? 1u : 0u)
+        << spec.describe() << ": 16-byte stores only (the weight grad's bias is one bf16 per row)";
+  }
+}
+
+// ---- the host model ----
+
+uint16_t bf16_bits(float f) { return xj::round_to<xj::bf16>(f).bits; }
+float widen(uint16_t bits) { return xj::to_float(xj::bf16{bits}); }
+
+struct Problem {
+  int64_t T, K, N;
+  std::vector<float> grad, temb;
+  std::vector<uint16_t> weight;
+  Problem(int64_t t, int64_t k, int64_t n, unsigned seed) : T(t), K(k), N(n) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0, 1);
+    for (int64_t i = 0; i < T * N; ++i) grad.push_back(widen(bf16_bits(normal(rng))));
+    for (int64_t i = 0; i < T * K; ++i) temb.push_back(2 * normal(rng));
+    for (int64_t i = 0; i < N * K; ++i) weight.push_back(bf16_bits(0.02f * normal(rng)));
+  }
+};
+
+// d_temb within its order's bound of long double, through the exact SiLU derivative (the host's
+// expf: a few u); d_weight and d_bias within one bf16 rounding of the exact value (plus the
+// chain's Tu of the terms).
+TEST(DetLinearBf16BackwardModel, MatchesLongDouble) {
+  for (bool silu : {false, true}) {
+    Problem p(5, 48, 150, 11);
+    std::vector<float> d_input(p.T * p.K);
+    std::vector<uint16_t> d_weight(p.N * p.K), d_bias(p.N);
+    det_linear_bf16_backward_model(p.grad.data(), p.temb.data(), p.weight.data(), p.T, p.K, p.N, silu, d_input.data(),
+                                   d_weight.data(), d_bias.data());
+    for (int64_t t = 0; t < p.T; ++t)
+      for (int64_t k = 0; k < p.K; ++k) {
+        long double exact = 0, magnitude = 0;
+        for (int64_t n = 0; n < p.N; ++n) {
+          const long double term = static_cast<long double>(p.grad[t * p.N + n]) * widen(p.weight[n * p.K + k]);
+          exact += term, magnitude += std::fabs(term);
+        }
+        long double derivative = 1;
+        if (silu) {
+          const long double v = p.temb[t * p.K + k], s = 1 / (1 + std::exp(-v));
+          derivative = s * (1 + v * (1 - s));
+        }
+        const double bound = static_cast<double>((5 * magnitude + 2 * std::fabs(exact)) * std::fabs(derivative) * kUlp +
+                                                 8 * kUlp * std::fabs(exact * derivative)) + 1e-30;
+        EXPECT_LE(std::fabs(d_input[t * p.K + k] - static_cast<double>(exact * derivative)), bound) << t << " " << k;
+      }
+    for (int64_t n = 0; n < p.N; ++n) {
+      long double bias = 0;
+      for (int64_t t = 0; t < p.T; ++t) bias += p.grad[t * p.N + n];
+      EXPECT_LE(std::fabs(widen(d_bias[n]) - static_cast<double>(bias)), std::fabs(static_cast<double>(bias)) / 256 + 1e-30);
+      for (int64_t k = 0; k < p.K; ++k) {
+        long double exact = 0, magnitude = 0;
+        for (int64_t t = 0; t < p.T; ++t) {
+          float x = p.temb[t * p.K + k];
+          if (silu) x = xj::div(x, xj::add(1.0f, std::exp(-x)));
+          const long double term = static_cast<long double>(p.grad[t * p.N + n]) * widen(bf16_bits(x));
+          exact += term, magnitude += std::fabs(term);
+        }
+        const double bound = std::fabs(static_cast<double>(exact)) / 256 + static_cast<double>(p.T * kUlp * magnitude) * 2 + 1e-30;
+        EXPECT_LE(std::fabs(widen(d_weight[n * p.K + k]) - static_cast<double>(exact)), bound) << n << " " << k;
+      }
+    }
+  }
+}
+
+// Without SiLU, d_input is the fp32 model's d_input on the widened weights, bit for bit; a row's
+// d_input does not change with the rows around it; a bf16 gradient gives the bits of the same
+// gradient in fp32.
+TEST(DetLinearBf16BackwardModel, IsTheFp32OrderAndBatchInvariant) {
+  Problem p(8, 64, 200, 3);
+  std::vector<float> w(p.N * p.K), fp32_d_input(p.T * p.K), d_input(p.T * p.K);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = widen(p.weight[i]);
+  det_linear_fp32_backward_model(p.grad.data(), nullptr, nullptr, w.data(), p.T, p.K, p.N, false, fp32_d_input.data(),
+                                 nullptr, nullptr);
+  det_linear_bf16_backward_model(p.grad.data(), p.temb.data(), p.weight.data(), p.T, p.K, p.N, false, d_input.data(),
+                                 nullptr, nullptr);
+  EXPECT_EQ(std::memcmp(d_input.data(), fp32_d_input.data(), d_input.size() * 4), 0);
+  for (bool silu : {false, true}) {
+    std::vector<float> all(p.T * p.K), one(p.K);
+    det_linear_bf16_backward_model(p.grad.data(), p.temb.data(), p.weight.data(), p.T, p.K, p.N, silu, all.data(),
+                                   nullptr, nullptr);
+    for (int64_t t : {0, 5}) {
+      det_linear_bf16_backward_model(p.grad.data() + t * p.N, p.temb.data() + t * p.K, p.weight.data(), 1, p.K, p.N,
+                                     silu, one.data(), nullptr, nullptr);
+      EXPECT_EQ(std::memcmp(one.data(), all.data() + t * p.K, p.K * 4), 0) << "row " << t;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace exactjit

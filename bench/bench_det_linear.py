@@ -125,7 +125,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--reps", type=int, default=50, help="timed batches per implementation (median)")
     p.add_argument("--seed", type=int, default=2688)
-    p.add_argument("--rows", default="3", help="comma-separated T values (rows of x), each 1..8 (default 3)")
+    p.add_argument("--rows", default="1,3,8", help="comma-separated T values (rows of x), each 1..8")
     p.add_argument("--report", help="markdown report path")
     p.add_argument("--json", help="JSON report path")
     args = p.parse_args()

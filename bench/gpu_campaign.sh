@@ -39,6 +39,8 @@ fi
 step parity parity.log python3 tests/gpu/parity_torch.py --report "$OUT/parity.md" --json "$LOGS/parity.json"
 [ "${SKIP_GRAD:-0}" = 1 ] || step grad grad.log timeout "${GRAD_TIMEOUT:-300}" python3 tests/gpu/grad_torch.py \
   --report "$OUT/grad.md" --json "$LOGS/grad.json"
+[ "${SKIP_DET_LINEAR:-0}" = 1 ] || step det-linear det_linear.log timeout 300 python3 tests/gpu/det_linear_torch.py \
+  --report "$OUT/det_linear.md" --json "$LOGS/det_linear.json"
 # exactjit bench: forward, forward + backward, det_linear vs cuBLAS, plots (the issue-6 command).
 [ "${SKIP_BENCH:-0}" = 1 ] || step bench bench.log ./.carry/exactjit bench --bench-dir "$PWD/bench" --out "$OUT/bench"
 # bench_host needs libexactjit.so and libbenchmark.so.1debian carried next to it.

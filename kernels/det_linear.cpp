@@ -28,25 +28,18 @@ DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, i
     g.columns_per_warp = in_features <= 256 ? 4 : 2;
     g.depth = static_cast<int>(std::clamp<int64_t>(full_groups, 1, 4));
   } else {
-    // A warp task is 8 features over the whole of K (rows 0..7 of the mma's M; one 16-byte load
-    // per lane and 32-wide chunk). Many tasks (more than one per warp slot of 132 SMs x 4 blocks
-    // of 8 warps, the 18H projection: 12096 tasks): 8-warp blocks at <= 64 registers (4 blocks,
-    // 32 warps per SM), 8 chunks (128 B) in flight per lane, and each warp takes
-    // ceil(tasks / 4224) tasks so the grid is one resident wave on an H200 (504 blocks of 24
-    // tasks <= 528) and x is staged once per block. Few (the 2H projection, 1344 tasks; the
-    // 4112-feature test shape, 514): one task per warp in 4-warp blocks so every SM gets work
-    // (336 blocks), 16 chunks (256 B) in flight per lane at <= 128 registers. x is staged whole
-    // when its 8 rows fit in 44 KB of static shared memory (K <= 2752), else 64 chunks at a time
-    // (then one task per warp: each task restages its tiles).
-    constexpr int64_t kH200WarpSlots = 132 * 4 * 8;
+    // One warp per 16 features (the mma's M). Many features (>= 264 blocks of 128, two per SM of
+    // an H200: the 18H projection): 8-warp blocks,
+    // 4 chunks (128 B) in flight per lane at <= 64 registers (4 blocks per SM); few (the 2H
+    // projection): 4-warp blocks so more SMs get work, and 12 chunks in flight per lane (<= 128
+    // registers). x is staged whole when its 8 rows fit in 44 KB of static shared memory (K <=
+    // 2752), else 64 chunks at a time, and then the depth divides 64 (a tile starts a round).
     const int64_t chunks = (in_features + 31) / 32;
-    const int64_t tasks = (out_features + 7) / 8;
-    const bool many = tasks > kH200WarpSlots;
+    const bool many = (out_features + 127) / 128 >= 264;
     g.warps = many ? 8 : 4;
-    g.columns_per_warp = 8;
+    g.columns_per_warp = 16;
     g.tile_chunks = static_cast<int>(chunks <= 86 ? chunks : 64);
-    g.depth = many ? 8 : 16;
-    g.tasks_per_warp = many && chunks <= 86 ? (tasks + kH200WarpSlots - 1) / kH200WarpSlots : 1;
+    g.depth = many ? 4 : chunks <= 86 ? 12 : 8;
   }
   return g;
 }
@@ -106,8 +99,7 @@ llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& a) {
   plan.device_id = a.x.device.device_id;
   if (rows == 0) return plan;
   const DetLinearGeometry geometry = det_linear_geometry(*dtype, in_features, out_features);
-  const int64_t per_block = geometry.columns_per_block() * geometry.tasks_per_warp;
-  const int64_t blocks = (out_features + per_block - 1) / per_block;
+  const int64_t blocks = (out_features + geometry.columns_per_block() - 1) / geometry.columns_per_block();
   const int64_t row_tiles = (rows + kRowTile - 1) / kRowTile;
   if (row_tiles > 65535) return invalid(arg("x"), fmt::format("has too many rows ({})", rows));
   plan.grid = static_cast<uint32_t>(blocks);

@@ -28,10 +28,9 @@ llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& args);
 /// spread over warps and how many weight loads each lane keeps in flight (docs/det_linear.md).
 struct DetLinearGeometry {
   int warps = 0;             ///< warps per block
-  int columns_per_warp = 0;  ///< output columns a warp owns (bf16: 8 per task, rows 0..7 of the mma's M)
-  int depth = 0;             ///< weight loads a lane keeps in flight: fp32 groups (2 x 16 B per column), bf16 32-wide chunks (16 B)
+  int columns_per_warp = 0;  ///< output columns a warp owns (bf16: 16, the mma's M)
+  int depth = 0;             ///< weight loads a lane keeps in flight: fp32 groups (2 x 16 B per column), bf16 32-wide chunks (2 x 16 B)
   int tile_chunks = 0;       ///< bf16: 32-wide chunks of x staged in shared memory at a time (all of K when it fits)
-  int64_t tasks_per_warp = 1;  ///< bf16: tasks (8 features each) per warp, taken in a static order (sets the grid only)
   int64_t columns_per_block() const { return int64_t{warps} * columns_per_warp; }
 };
 DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, int64_t out_features);

@@ -9,42 +9,36 @@
 // holds k = 32j + 8q + 4h + 2 + i, for both the weights (A) and x (B). A row's result depends on
 // its own x only (the mma's columns are independent), so it does not change with how many rows
 // run with it, and it repeats bit for bit.
-// Geometry (launch only, not the order): a warp task is 8 output features (rows 0..7 of the mma's
-// M; rows 8..15 of A are zero and loaded from nowhere) for up to 8 rows (the mma's N), over the
-// whole of K. Lane (g = lane / 4, q = lane % 4) loads the 16 bytes W[f, 32j + 8q .. 8q + 7] of
-// feature f = 8 * task + g with one load (no L1 allocation). Warps take tasks in a fixed static
-// order, warp w of block b the tasks w + kWarps * b + kWarps * gridDim.x * i, i = 0, 1, ... (the
-// grid, det_linear_geometry's tasks_per_warp, makes the 18H projection one resident wave on an
-// H200), and stream them as one sequence of chunks with kDepth chunks in flight: the refill after
-// a task's last chunks already loads the next task's first ones. x is cast once per block into
-// shared memory (the whole of K when it fits, else kTileChunks chunks at a time, and then every
-// warp of a block walks the same number of tasks so the barriers match), after the block's first
-// weight loads are in flight; each lane reads its 16 bytes of x per chunk with one conflict-free
-// shared load.
+// Geometry (launch only, not the order): a warp owns 16 output features (the mma's M) for up to 8
+// rows (its N); lane (g = lane / 4, q = lane % 4) loads the 16 bytes W[f, 32j + 8q .. 8q + 7] of
+// features f = g and g + 8 with one load each (no L1 allocation), kDepth chunks ahead. x is cast
+// once per block into shared memory (the whole of K when it fits, else kTileChunks chunks at a
+// time), after the block's first weight loads are in flight; each lane reads its 16 bytes of x
+// per chunk with one conflict-free shared load.
 namespace det_linear {
 
 constexpr int kK = spec::kInFeatures;
 constexpr long long kN = spec::kOutFeatures;
 constexpr int kRows = 8;  // the mma's N
-constexpr int kFeatures = 8;  // per warp task: rows 0..7 of the mma's M
 constexpr int kWarps = spec::kWarps;
 constexpr int kDepth = spec::kDepth;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kChunks = (kK + 31) / 32;
 constexpr bool kHalfChunk = kK % 32 != 0;  // the last chunk is 16 wide
-constexpr long long kTasks = (kN + kFeatures - 1) / kFeatures;
 // x staged per block (det_linear_geometry): all chunks when 8 rows of them fit in 44 KB of shared
-// memory, else tiles of 64 chunks.
+// memory, else tiles of 64 chunks (then a multiple of kDepth: a tile starts a round of the pipeline).
 constexpr int kTileChunks = spec::kTileChunks;
 constexpr int kTiles = (kChunks + kTileChunks - 1) / kTileChunks;
 // A staged row: 4 16-byte vectors per chunk, padded to 4 (mod 8) vectors, so the rows g and g + 1
 // a quarter warp reads fall in opposite halves of the 32 banks.
 constexpr int kRowVecs = 4 * kTileChunks + ((4 * kTileChunks) % 8 == 0 ? 4 : 0);
 constexpr int kMinBlocks = 4;  // per SM: 8 warps at <= 64 registers, 4 warps at <= 128
+constexpr int kRounds = kChunks / kDepth;
+constexpr int kLeftover = kChunks % kDepth;
 
 static_assert(kK % 16 == 0, "in_features must be a multiple of 16 (the mma's K)");
 static_assert(spec::kRowTile == kRows, "the row tile is the mma's N");
-static_assert(spec::kColumnsPerWarp == kFeatures, "a warp task is 8 features");
+static_assert(kTiles == 1 || kTileChunks % kDepth == 0, "a tile starts a round of the pipeline");
 
 __device__ __forceinline__ xj::u32 pack2(xj::bf16 lo, xj::bf16 hi) { return (xj::u32)lo.bits | ((xj::u32)hi.bits << 16); }
 
@@ -57,46 +51,37 @@ __device__ __forceinline__ uint4 load_weight(const xj::bf16* p) {
   return v;
 }
 
-// The refill cursor: the next chunk j of task `task` a lane loads, W[f, 32j + 8q .. 8q + 7] with
-// f = 8 * task + g (the last feature for a task past N's end). Past K (the half chunk's lanes
-// q = 2, 3) it loads the row's first 16 bytes, which add_chunk replaces by zeros when it uses them.
-struct Cursor {
-  long long task;
-  int j;
-  const xj::bf16* row;  // &W[f, 8q]
-  __device__ __forceinline__ void seek(const xj::bf16* __restrict__ weight, long long t, int group, int quad) {
-    task = t;
-    j = 0;
-    const long long f = kFeatures * t + group < kN ? kFeatures * t + group : kN - 1;
-    row = weight + f * kK + 8 * quad;
-  }
-  __device__ __forceinline__ uint4 load(int quad) const {
-    if (!kHalfChunk) return load_weight(row + 32 * j);
-    return load_weight(j != kChunks - 1 || quad < 2 ? row + 32 * j : row);
-  }
-  __device__ __forceinline__ void next(const xj::bf16* __restrict__ weight, long long stride, int group, int quad) {
-    if (++j == kChunks) seek(weight, task + stride, group, quad);
-  }
+// A lane's weights of chunk j: features g (lo) and g + 8 (hi), k = 32j + 8q .. 8q + 7.
+struct Chunk {
+  uint4 lo, hi;
 };
 
-// c = mma(A, B) from zero; only c0, c1 (A's rows 0..7) are features, c2, c3 (zero rows) are dropped.
-__device__ __forceinline__ void mma_add(float (&acc)[2], xj::u32 a0, xj::u32 a2, xj::u32 b0, xj::u32 b1) {
+__device__ __forceinline__ void load_chunk(Chunk& c, const xj::bf16* w_lo, const xj::bf16* w_hi, int j, int quad) {
+  const int k = 32 * j + 8 * quad;
+  if (!kHalfChunk || k < kK) {
+    c.lo = load_weight(w_lo + k);
+    c.hi = load_weight(w_hi + k);
+  } else {
+    c.lo = c.hi = make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+__device__ __forceinline__ void mma_add(float (&acc)[4], xj::u32 a0, xj::u32 a1, xj::u32 a2, xj::u32 a3, xj::u32 b0,
+                                        xj::u32 b1) {
   float c[4];
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%10, %10, %10, %10};"
       : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
-      : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f));
-  acc[0] = xj::add(acc[0], c[0]);
-  acc[1] = xj::add(acc[1], c[1]);
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
+#pragma unroll
+  for (int e = 0; e < 4; ++e) acc[e] = xj::add(acc[e], c[e]);
 }
 
-// The two mma's of a chunk, G(j, 0) then G(j, 1); w is W[f, 32j + 8q .. 8q + 7], xv is
-// x[g, 32j + 8q .. 8q + 7].
-__device__ __forceinline__ void add_chunk(float (&acc)[2], uint4 w, uint4 xv, int j, int quad) {
-  if (kHalfChunk && j == kChunks - 1 && quad >= 2) w = make_uint4(0u, 0u, 0u, 0u);  // k >= K: zero products
-  mma_add(acc, w.x, w.y, xv.x, xv.y);
-  mma_add(acc, w.z, w.w, xv.z, xv.w);
+// The two mma's of a chunk, G(j, 0) then G(j, 1); xv is x[g, 32j + 8q .. 8q + 7].
+__device__ __forceinline__ void add_chunk(float (&acc)[4], const Chunk& c, uint4 xv) {
+  mma_add(acc, c.lo.x, c.hi.x, c.lo.y, c.hi.y, xv.x, xv.y);
+  mma_add(acc, c.lo.z, c.hi.z, c.lo.w, c.hi.w, xv.z, xv.w);
 }
 
 // Casts x[:, chunks of tile `tile`] into shared memory: vector v of row t holds
@@ -134,62 +119,59 @@ XJ_ENTRY(const float* __restrict__ temb, const xj::bf16* __restrict__ weight, co
   const int group = lane / 4, quad = lane % 4;
   const long long row0 = (long long)blockIdx.y * kRows;
   const int live_rows = rows - row0 < kRows ? (int)(rows - row0) : kRows;
+  const long long feature0 = ((long long)blockIdx.x * kWarps + warp) * 16;
+  // A warp past the last feature (only in the last block) reads row N - 1 and stores nothing: it
+  // still takes part in staging x and in the barriers.
+  const long long f_lo = feature0 + group < kN ? feature0 + group : kN - 1;
+  const long long f_hi = feature0 + group + 8 < kN ? feature0 + group + 8 : kN - 1;
+  const xj::bf16* w_lo = weight + f_lo * kK;
+  const xj::bf16* w_hi = weight + f_hi * kK;
   const float* x = temb + row0 * kK;
-  // This warp's tasks: first, first + stride, ... below kTasks. With tiles, every warp of the
-  // block walks as many tasks as warp 0 (the most), a task past the end loading the last feature
-  // and storing nothing, so all reach the same barriers.
-  const long long stride = (long long)gridDim.x * kWarps;
-  const long long first = (long long)blockIdx.x * kWarps + warp;
-  const long long lead = kTiles > 1 ? (long long)blockIdx.x * kWarps : first;
-  const int tasks = lead < kTasks ? (int)((kTasks - 1 - lead) / stride + 1) : 0;
-  const int steps = tasks * kChunks;  // chunks this warp streams, task after task
 
-  // The refill cursor runs kDepth chunks ahead of the compute cursor (task ct, chunk j).
-  Cursor refill;
-  refill.seek(weight, first, group, quad);
-  uint4 buf[kDepth];
   // The first kDepth chunks' weights go out before x is staged, so they arrive during it.
+  Chunk buf[kDepth];
 #pragma unroll
-  for (int d = 0; d < kDepth; ++d) {
-    if (d < steps) buf[d] = refill.load(quad);
-    refill.next(weight, stride, group, quad);
-  }
+  for (int d = 0; d < kDepth; ++d)
+    if (d < kChunks) load_chunk(buf[d], w_lo, w_hi, d, quad);
   stage(xs, x, live_rows, 0);
   __syncthreads();
 
-  long long ct = first;
-  int j = 0;
-  float acc[2] = {0.0f, 0.0f};
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 1
-  for (int s0 = 0; s0 < steps; s0 += kDepth) {
+  for (int j0 = 0; j0 < kRounds * kDepth; j0 += kDepth) {
+    if (kTiles > 1 && j0 > 0 && j0 % kTileChunks == 0) {
+      __syncthreads();
+      stage(xs, x, live_rows, j0 / kTileChunks);
+      __syncthreads();
+    }
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
-      if (s0 + d < steps) {
-        if (kTiles > 1 && j % kTileChunks == 0 && (j > 0 || ct != first)) {
-          __syncthreads();
-          stage(xs, x, live_rows, j / kTileChunks);
-          __syncthreads();
-        }
-        add_chunk(acc, buf[d], xs[group][4 * (kTiles == 1 ? j : j % kTileChunks) + quad], j, quad);
-        if (s0 + d + kDepth < steps) buf[d] = refill.load(quad);
-        refill.next(weight, stride, group, quad);
-        if (++j == kChunks) {
-          // c0, c1: feature 8 * ct + g, rows 2 * quad + {0, 1}.
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const long long n = kFeatures * ct + group;
-            const int t = 2 * quad + e;
-            if (n < kN && t < live_rows) {
-              const float v = bias ? xj::add(acc[e], xj::to_float(bias[n])) : acc[e];
-              if (pre_activation) pre_activation[(row0 + t) * kN + n] = v;
-              out[(row0 + t) * kN + n] = xj::round_to<xj::bf16>(v);
-            }
-          }
-          acc[0] = acc[1] = 0.0f;
-          j = 0;
-          ct += stride;
-        }
-      }
+      const int j = j0 + d;
+      add_chunk(acc, buf[d], xs[group][4 * (kTiles == 1 ? j : j % kTileChunks) + quad]);
+      if (j + kDepth < kChunks) load_chunk(buf[d], w_lo, w_hi, j + kDepth, quad);
     }
+  }
+  if (kLeftover > 0) {
+    if (kTiles > 1 && (kRounds * kDepth) % kTileChunks == 0) {
+      __syncthreads();
+      stage(xs, x, live_rows, (kRounds * kDepth) / kTileChunks);
+      __syncthreads();
+    }
+#pragma unroll
+    for (int d = 0; d < kLeftover; ++d) {
+      const int j = kRounds * kDepth + d;
+      add_chunk(acc, buf[d], xs[group][4 * (kTiles == 1 ? j : j % kTileChunks) + quad]);
+    }
+  }
+  if (feature0 >= kN) return;
+  // c0, c1: feature f_lo, rows 2 * quad + {0, 1}; c2, c3: feature f_hi, the same rows.
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const long long n = feature0 + group + (e >= 2 ? 8 : 0);
+    const int t = 2 * quad + (e & 1);
+    if (n >= kN || t >= live_rows) continue;
+    const float v = bias ? xj::add(acc[e], xj::to_float(bias[n])) : acc[e];
+    if (pre_activation) pre_activation[(row0 + t) * kN + n] = v;
+    out[(row0 + t) * kN + n] = xj::round_to<xj::bf16>(v);
   }
 }

@@ -93,9 +93,9 @@ def timestep_mlp(features, w1, b1, w2, b2):
     return runtime().timestep_mlp(features, w1, b1, w2, b2)
 
 
-def adaln_projection(temb, weight, bias):
+def adaln_projection(temb, weight, bias, *, silu=True):
     """The AdaLN table from temb with bf16 weights on tensor cores; see Runtime.adaln_projection."""
-    return runtime().adaln_projection(temb, weight, bias)
+    return runtime().adaln_projection(temb, weight, bias, silu=silu)
 
 
 def synchronize(device=None, stream=None):

@@ -96,20 +96,18 @@ TEST(DetLinearPtx, Fp32IsTheWrittenCompensatedFmaChainsAndNoTf32) {
 }
 
 TEST(DetLinearPtx, Bf16UsesTheBf16MmaOn16ByteLoadsAndFusesNothing) {
-  // The AdaLN projection (8-warp blocks, 8 chunks deep) and the final one (4 warps, 16 deep). A
-  // warp streams its tasks as one sequence of chunks: one chunk body per ring slot, no leftover.
+  // The AdaLN projection (8-warp blocks, 4 chunks deep) and the final one (4 warps, 12 deep).
   for (int64_t N : {18 * kDefaultHidden, 2 * kDefaultHidden}) {
     const DetLinearGeometry g = det_linear_geometry(DType::BF16, 2688, N);
-    EXPECT_EQ(g.columns_per_warp, 8);
-    const size_t copies = static_cast<size_t>(g.depth);  // chunk bodies
+    const size_t copies = static_cast<size_t>(g.depth + 2688 / 32 % g.depth);  // chunk bodies
     for (bool silu : {false, true}) {
       KernelSpec spec = det_linear_spec(DType::BF16, 2688, N, silu);
       spec.target = Target{90, false};
       const std::string ptx = ptx_of(spec);
       EXPECT_EQ(count(ptx, "mma\\.sync\\.aligned\\.m16n8k16\\.row\\.col\\.f32\\.bf16\\.bf16\\.f32"), 2 * copies) << N;
       EXPECT_EQ(count(ptx, "\\bmma\\."), 2 * copies);
-      // Weights: one 16-byte load per chunk (feature g), for the prefetch and the refills.
-      EXPECT_EQ(count(ptx, "ld\\.global\\.nc\\.L1::no_allocate\\.v4\\.u32"), 2 * static_cast<size_t>(g.depth)) << N;
+      // Weights: two 16-byte loads per chunk (features g and g + 8), for the prefetch and the refills.
+      EXPECT_EQ(count(ptx, "ld\\.global\\.nc\\.L1::no_allocate\\.v4\\.u32"), 2 * 2 * static_cast<size_t>(g.depth)) << N;
       EXPECT_EQ(count(ptx, "ld\\.global(\\.nc)?(\\.L1::no_allocate)?(\\.v2)?\\.[ub]32\\s"), 0u) << "narrow weight loads";
       EXPECT_EQ(count(ptx, "ld\\.shared\\.v4\\.u32"), copies) << "one 16-byte x load per chunk";
       EXPECT_EQ(count(ptx, "bar\\.sync"), 1u) << "x staged once";
@@ -143,8 +141,7 @@ TEST(DetLinearValidation, PlansTheAdalnProjection) {
   auto plan = call.plan();
   ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
   EXPECT_EQ(plan->spec.op, Op::DetLinear);
-  // 8 warps x 3 tasks of 8 features: 504 blocks, one resident wave of 4 blocks per SM on 132 SMs.
-  EXPECT_EQ(plan->grid, static_cast<uint32_t>(18 * 5376 / (8 * 3 * 8)));
+  EXPECT_EQ(plan->grid, static_cast<uint32_t>(18 * 5376 / 128));  // 8 warps x 16 features
   EXPECT_EQ(plan->grid_y, 1u);
   EXPECT_EQ(plan->threads, 256u);
   EXPECT_EQ(plan->spec.describe().rfind("det_linear dtype=bf16 in_features=2688 out_features=96768 activation=silu", 0),
@@ -154,11 +151,11 @@ TEST(DetLinearValidation, PlansTheAdalnProjection) {
 // Grids and blocks follow det_linear_geometry, which the renderer bakes into the kernels.
 TEST(DetLinearValidation, PlansTheOtherCatalogShapes) {
   {
-    LinearCall call;  // the final projection: fewer features, 4-warp blocks of one 8-feature task per warp
+    LinearCall call;  // the final projection: fewer features, 4-warp blocks
     call.weight.shape[0] = call.bias.shape[0] = call.out.shape[1] = 2 * 5376;
     auto plan = call.plan();
     ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
-    EXPECT_EQ(plan->grid, static_cast<uint32_t>(2 * 5376 / 32));
+    EXPECT_EQ(plan->grid, static_cast<uint32_t>(2 * 5376 / 64));
     EXPECT_EQ(plan->threads, 128u);
   }
   for (auto [K, N] : {std::pair<int64_t, int64_t>{256, 5376}, {5376, 2688}}) {  // the timestep MLP

@@ -40,6 +40,28 @@ KernelSpec det_linear_backward_spec(DType weight_dtype, int64_t in_features, int
 
 namespace {
 
+// The outputs asked for: d_input (T, K) fp32, d_weight (N, K) and d_bias (N,) in the weights'
+// dtype, the workspace when d_input is asked for; none overlapping an input or each other.
+llvm::Error require_outputs(const DetLinearBackwardArgs& a, const llvm::SmallVector<NamedTensor, 8>& tensors,
+                            DType weight_dtype) {
+  const int64_t rows = a.x.shape[0], in_features = a.x.shape[1], out_features = a.weight.shape[0];
+  if (a.d_input)
+    if (auto err = require_dense(arg("d_input"), *a.d_input, {rows, in_features}, DType::F32)) return err;
+  if (a.d_weight)
+    if (auto err = require_dense(arg("d_weight"), *a.d_weight, {out_features, in_features}, weight_dtype)) return err;
+  if (a.d_bias)
+    if (auto err = require_dense(arg("d_bias"), *a.d_bias, {out_features}, weight_dtype)) return err;
+  if (a.d_input)
+    if (auto err = require_workspace(arg("workspace"), a.workspace,
+                                     det_linear_backward_workspace(rows, in_features, out_features)))
+      return err;
+  const DLTensor* outputs[] = {a.d_input, a.d_weight, a.d_bias, a.d_input ? a.workspace : nullptr};
+  for (const auto& [name, t] : tensors)
+    for (const DLTensor* o : outputs)
+      if (o && o != t && overlaps(*o, *t)) return invalid(arg(name), "must not overlap an output or the workspace");
+  return llvm::Error::success();
+}
+
 // bf16 weights (templates/det_linear_grad_bf16.cuh): x is temb (fp32, before SiLU and the cast),
 // grad bf16 or fp32, d_weight and d_bias bf16, d_input fp32. The partials kernel and its fold
 // (the fold applies SiLU's derivative), then the weight/bias kernel over a wave-sized grid.
@@ -54,22 +76,9 @@ llvm::Expected<LaunchSequence> plan_bf16(const DetLinearBackwardArgs& a, llvm::S
   if (auto err = require_dense(arg("grad"), a.grad, {rows, out_features}, *grad_dtype)) return err;
   if (a.pre_activation)
     return invalid(arg("pre_activation"), "must be null for bfloat16 weights (SiLU is on the input, recomputed from x)");
-  if (a.d_input)
-    if (auto err = require_dense(arg("d_input"), *a.d_input, {rows, in_features}, DType::F32)) return err;
-  if (a.d_weight)
-    if (auto err = require_dense(arg("d_weight"), *a.d_weight, {out_features, in_features}, DType::BF16)) return err;
-  if (a.d_bias)
-    if (auto err = require_dense(arg("d_bias"), *a.d_bias, {out_features}, DType::BF16)) return err;
+  if (auto err = require_outputs(a, tensors, DType::BF16)) return err;
   if (data_address(a.x) % 16 != 0 || data_address(a.weight) % 16 != 0 || (a.d_weight && data_address(*a.d_weight) % 16 != 0))
     return invalid(arg("x"), "x, weight and d_weight must be 16-byte aligned (16-byte vectors)");
-  if (a.d_input)
-    if (auto err = require_workspace(arg("workspace"), a.workspace,
-                                     det_linear_backward_workspace(rows, in_features, out_features)))
-      return err;
-  const DLTensor* outputs[] = {a.d_input, a.d_weight, a.d_bias, a.d_input ? a.workspace : nullptr};
-  for (const auto& [name, t] : tensors)
-    for (const DLTensor* o : outputs)
-      if (o && o != t && overlaps(*o, *t)) return invalid(arg(name), "must not overlap an output or the workspace");
 
   LaunchSequence sequence;
   const int device = a.x.device.device_id;
@@ -124,20 +133,7 @@ llvm::Expected<LaunchSequence> plan_det_linear_backward(const DetLinearBackwardA
   if (a.silu && !a.pre_activation) return invalid(arg("pre_activation"), "is required with silu (the forward saves it)");
   if (a.pre_activation)
     if (auto err = require_dense(arg("pre_activation"), *a.pre_activation, {rows, out_features}, DType::F32)) return err;
-  if (a.d_input)
-    if (auto err = require_dense(arg("d_input"), *a.d_input, {rows, in_features}, DType::F32)) return err;
-  if (a.d_weight)
-    if (auto err = require_dense(arg("d_weight"), *a.d_weight, {out_features, in_features}, DType::F32)) return err;
-  if (a.d_bias)
-    if (auto err = require_dense(arg("d_bias"), *a.d_bias, {out_features}, DType::F32)) return err;
-  if (a.d_input)
-    if (auto err = require_workspace(arg("workspace"), a.workspace,
-                                     det_linear_backward_workspace(rows, in_features, out_features)))
-      return err;
-  const DLTensor* outputs[] = {a.d_input, a.d_weight, a.d_bias, a.d_input ? a.workspace : nullptr};
-  for (const auto& [name, t] : tensors)
-    for (const DLTensor* o : outputs)
-      if (o && o != t && overlaps(*o, *t)) return invalid(arg(name), "must not overlap an output or the workspace");
+  if (auto err = require_outputs(a, tensors, DType::F32)) return err;
 
   LaunchSequence sequence;
   const int device = a.x.device.device_id;

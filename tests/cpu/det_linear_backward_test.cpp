@@ -11,6 +11,7 @@
 #include "runtime/errors.hpp"
 #include "runtime/nvrtc.hpp"
 #include "support/fake_tensor.hpp"
+#include "support/ptx.hpp"
 
 #include <gtest/gtest.h>
 
@@ -35,17 +36,8 @@ using test::kF32;
 constexpr double kUlp = 1.0 / (1 << 24);
 constexpr int64_t kK = 2688, kBlockN = 18 * 5376, kFinalN = 2 * 5376;
 
-size_t count(const std::string& text, const char* pattern) {
-  const std::regex re(pattern);
-  return static_cast<size_t>(std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
-}
-
-std::string ptx_of(const KernelSpec& spec) {
-  const Nvrtc* nvrtc = *Nvrtc::get();
-  auto ptx = nvrtc->ptx(codegen::render(spec));
-  EXPECT_TRUE(static_cast<bool>(ptx)) << (ptx ? "" : llvm::toString(ptx.takeError()));
-  return ptx ? *ptx : std::string();
-}
+size_t count(const std::string& text, const char* pattern) { return test::count_matches(text, pattern); }
+using test::ptx_of;
 
 // ---- the planner ----
 

@@ -9,6 +9,7 @@
 #include "runtime/errors.hpp"
 #include "runtime/nvrtc.hpp"
 #include "support/fake_tensor.hpp"
+#include "support/ptx.hpp"
 
 #include <gtest/gtest.h>
 
@@ -26,17 +27,8 @@ using test::GiB;
 using test::kBF16;
 using test::kF32;
 
-size_t count(const std::string& text, const char* pattern) {
-  const std::regex re(pattern);
-  return static_cast<size_t>(std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
-}
-
-std::string ptx_of(const KernelSpec& spec) {
-  const Nvrtc* nvrtc = *Nvrtc::get();
-  auto ptx = nvrtc->ptx(codegen::render(spec));
-  EXPECT_TRUE(static_cast<bool>(ptx)) << (ptx ? "" : llvm::toString(ptx.takeError()));
-  return ptx ? *ptx : std::string();
-}
+size_t count(const std::string& text, const char* pattern) { return test::count_matches(text, pattern); }
+using test::ptx_of;
 
 // The fp32 forward's written instructions (templates/det_linear_fp32.cuh), per row
 // specialisation R = 1, 2, 4, 8: one copy of the group body per pipeline slot and per leftover

@@ -1,0 +1,29 @@
+// PTX of a spec and regex counts over it, for the CPU tests' PTX audits.
+#pragma once
+
+#include "codegen/render.hpp"
+#include "runtime/nvrtc.hpp"
+
+#include <gtest/gtest.h>
+#include <llvm/Support/Error.h>
+
+#include <iterator>
+#include <regex>
+#include <string>
+
+namespace exactjit::test {
+
+inline size_t count_matches(const std::string& text, const char* pattern) {
+  const std::regex re(pattern);
+  return static_cast<size_t>(std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
+}
+
+// The NVRTC PTX of spec (empty, with a test failure, if it does not compile).
+inline std::string ptx_of(const KernelSpec& spec) {
+  const Nvrtc* nvrtc = *Nvrtc::get();
+  auto ptx = nvrtc->ptx(codegen::render(spec));
+  EXPECT_TRUE(static_cast<bool>(ptx)) << (ptx ? "" : llvm::toString(ptx.takeError()));
+  return ptx ? *ptx : std::string();
+}
+
+}  // namespace exactjit::test

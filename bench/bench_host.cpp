@@ -11,6 +11,7 @@
 //     which also reports the driver calls per launch (driver_calls)
 //
 //   bench_host [--fake_driver] [--benchmark_filter=...] [--benchmark_format=json]
+#include "api/selftest_support.hpp"
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
 #include "kernels/gate_residual.hpp"
@@ -156,22 +157,12 @@ DispatchSetup& dispatch_setup() {
       if (auto err = buffer->fill(0)) fail(std::move(err));
       d->buffers.push_back(std::move(*buffer));
     }
-    auto tensor = [&](int k, int64_t* shape, int64_t* strides, DLDataType dtype) {
-      DLTensor t{};
-      t.data = reinterpret_cast<void*>(d->buffers[k].address());
-      t.device = {kDLCUDA, 0};
-      t.ndim = 2;
-      t.shape = shape;
-      t.strides = strides;
-      t.dtype = dtype;
-      return t;
-    };
-    d->residual = tensor(0, d->act_shape, nullptr, test::kBF16);
-    d->y = tensor(1, d->act_shape, nullptr, test::kBF16);
-    d->out = tensor(2, d->act_shape, nullptr, test::kBF16);
-    d->gate = tensor(3, d->table_shape, d->table_strides, test::kBF16);
-    d->index = tensor(4, d->index_shape, nullptr, test::kI64);
-    d->index.ndim = 1;
+    using selftest::device_tensor;
+    d->residual = device_tensor(d->buffers[0], 0, 0, 2, d->act_shape, nullptr, test::kBF16);
+    d->y = device_tensor(d->buffers[1], 0, 0, 2, d->act_shape, nullptr, test::kBF16);
+    d->out = device_tensor(d->buffers[2], 0, 0, 2, d->act_shape, nullptr, test::kBF16);
+    d->gate = device_tensor(d->buffers[3], 0, 0, 2, d->table_shape, d->table_strides, test::kBF16);
+    d->index = device_tensor(d->buffers[4], 0, 0, 1, d->index_shape, nullptr, test::kI64);
     if (xj_runtime_create(nullptr, &d->c_runtime) != XJ_OK) fail(llvm::createStringError(llvm::inconvertibleErrorCode(), xj_last_error()));
     // The bare launch: the same cubin, module and parameters, without validation or lookup.
     auto plan = plan_gate_residual({d->residual, d->gate, d->index, d->y, d->out});

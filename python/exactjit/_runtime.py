@@ -32,6 +32,7 @@ _ADALN_ROW_GATHER_ARGS = ("rows", "timestep_indices", "token_tags", "out")
 _RMS_NORM_ARGS = ("x", "weight", "shift", "scale", "index", "out", "rstd")
 _RMS_NORM_BACKWARD_ARGS = ("grad", "x", "weight", "scale", "index", "rstd", "dx", "dweight", "dshift", "dscale",
                            "workspace")
+_RMS_NORM_BACKWARD_EPS_AT = _RMS_NORM_BACKWARD_ARGS.index("rstd") + 1  # the C ABI's eps follows rstd
 _autograd_module = None
 
 
@@ -531,8 +532,8 @@ class Runtime:
         packed, addresses = pack(torch, op, [n for n, _ in present], [t for _, t in present])
         by_name = dict(zip((n for n, _ in present), addresses))
         args = [by_name.get(n) for n in _RMS_NORM_BACKWARD_ARGS]
-        at_eps = _RMS_NORM_BACKWARD_ARGS.index("rstd") + 1  # the C ABI's eps follows rstd
-        status = fn(self._live(), *args[:at_eps], float(eps), *args[at_eps:], stream)
+        at = _RMS_NORM_BACKWARD_EPS_AT
+        status = fn(self._live(), *args[:at], float(eps), *args[at:], stream)
         del packed
         _lib.check(status, "xj_rms_norm_backward")
         return dx, dweight, dshift, dscale

@@ -6,6 +6,7 @@
 #include "kernels/catalog.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/nvrtc.hpp"
+#include "support/ptx.hpp"
 
 #include <gtest/gtest.h>
 
@@ -24,9 +25,7 @@ const Nvrtc& nvrtc() {
   return **loaded;
 }
 
-size_t count(const std::string& text, const std::regex& pattern) {
-  return static_cast<size_t>(std::distance(std::sregex_iterator(text.begin(), text.end(), pattern), std::sregex_iterator()));
-}
+using test::count;
 
 class CatalogCompile : public ::testing::TestWithParam<int> {};
 

@@ -36,7 +36,7 @@ using test::kF32;
 constexpr double kUlp = 1.0 / (1 << 24);
 constexpr int64_t kK = 2688, kBlockN = 18 * 5376, kFinalN = 2 * 5376;
 
-size_t count(const std::string& text, const char* pattern) { return test::count_matches(text, pattern); }
+using test::count;
 using test::ptx_of;
 
 // ---- the planner ----

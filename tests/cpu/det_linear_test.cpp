@@ -27,7 +27,7 @@ using test::GiB;
 using test::kBF16;
 using test::kF32;
 
-size_t count(const std::string& text, const char* pattern) { return test::count_matches(text, pattern); }
+using test::count;
 using test::ptx_of;
 
 // The fp32 forward's written instructions (templates/det_linear_fp32.cuh), per row

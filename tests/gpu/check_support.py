@@ -46,6 +46,20 @@ class Data:
         return torch.randint(0, r, (s,), generator=self.gen(), device="cuda", dtype=torch.int64)
 
 
+def import_exactjit(meta):
+    """exactjit with every C entry point and a CUDA device; notes its version, library and the
+    device in meta; raises with the reason when one is missing."""
+    import exactjit as xj
+    from exactjit import _lib
+    meta.update(exactjit=xj.version(), library=xj.library_path())
+    if _lib.missing:
+        raise RuntimeError(f"the library lacks {', '.join(sorted(_lib.missing))}")
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch sees no CUDA device")
+    meta["device"] = torch.cuda.get_device_name()
+    return xj
+
+
 def compare(got, ref, want="want", check_shape=True, count_poisoned=False):
     """(ok, detail): bitwise equality of two tensors of one dtype and shape. `want` names ref in
     the detail; check_shape: a shape or dtype mismatch fails before the bits are compared;

@@ -34,14 +34,14 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+import check_support  # noqa: E402
+from check_support import log  # noqa: E402
+
 UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float32: 2.0 ** -24}
 FLOOR_ULPS = {torch.bfloat16: 1.0, torch.float32: 8.0}
 D = 2688  # time-embedding width
 C = 256   # sinusoid channels
 
-
-def log(msg):
-    print(msg, flush=True)
 
 
 def errors(got, ref):
@@ -295,15 +295,7 @@ def main():
                 rows=rows_list, groups=groups, factor=args.factor, floor_scale=args.floor_scale, seed=args.seed)
     t0 = time.perf_counter()
     try:
-        sys.path.insert(0, HERE)
-        import exactjit as xj
-        from exactjit import _lib
-        meta.update(exactjit=xj.version(), library=xj.library_path())
-        if _lib.missing:
-            raise RuntimeError(f"the library lacks {', '.join(sorted(_lib.missing))}")
-        if not torch.cuda.is_available():
-            raise RuntimeError("torch sees no CUDA device")
-        meta["device"] = torch.cuda.get_device_name()
+        xj = check_support.import_exactjit(meta)
         # The bf16 backward must exist: a tiny call.
         w = torch.zeros(64, 16, dtype=torch.bfloat16, device="cuda")
         xj.runtime().det_linear_backward(torch.zeros(1, 64, device="cuda"), torch.zeros(1, 16, device="cuda"), w)

@@ -994,14 +994,7 @@ def main():
                 floor_scale=args.floor_scale, seed=args.seed,
                 check_after_launch=os.environ.get("EXACTJIT_CHECK_AFTER_LAUNCH", "unset"))
     try:
-        import exactjit as xj
-        from exactjit import _lib
-        meta.update(exactjit=xj.version(), library=xj.library_path())
-        if _lib.missing:
-            raise RuntimeError(f"the library lacks {', '.join(sorted(_lib.missing))}")
-        if not torch.cuda.is_available():
-            raise RuntimeError("torch sees no CUDA device")
-        meta["device"] = torch.cuda.get_device_name()
+        xj = check_support.import_exactjit(meta)
     except Exception as e:
         return Suite(None, args).cannot_run(args, meta, "import exactjit / backward entry points / CUDA", e)
     log(f"exactjit {meta['exactjit']} ({meta['library']}), torch {torch.__version__}, {meta['device']}")

@@ -13,10 +13,11 @@
 
 namespace exactjit::test {
 
-inline size_t count_matches(const std::string& text, const char* pattern) {
-  const std::regex re(pattern);
-  return static_cast<size_t>(std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
+// How many times pattern occurs in text.
+inline size_t count(const std::string& text, const std::regex& pattern) {
+  return static_cast<size_t>(std::distance(std::sregex_iterator(text.begin(), text.end(), pattern), std::sregex_iterator()));
 }
+inline size_t count(const std::string& text, const char* pattern) { return count(text, std::regex(pattern)); }
 
 // The NVRTC PTX of spec (empty, with a test failure, if it does not compile).
 inline std::string ptx_of(const KernelSpec& spec) {

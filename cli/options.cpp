@@ -32,6 +32,9 @@ cl::opt<int> vec_flag("vec", cl::desc("inspect: elements per access, 1 or the 16
                       cl::value_desc("N"), cl::init(0), cl::sub(inspect_command), cl::cat(category));
 cl::opt<bool> unweighted_flag("unweighted", cl::desc("inspect: rms_norm without a weight (default: weighted)"),
                               cl::sub(inspect_command), cl::cat(category));
+cl::opt<long long> rows_flag("rows", cl::desc("inspect: det_linear backward: the call's rows T (1..8), which pick "
+                                               "the row tile (default 3)"),
+                             cl::value_desc("T"), cl::init(0), cl::sub(inspect_command), cl::cat(category));
 cl::opt<long long> channels_flag("channels", cl::desc("timestep_sinusoid: channels C (default 256)"),
                                  cl::value_desc("C"), cl::init(0), XJ_SPEC_SUBS, cl::cat(category));
 cl::opt<long long> in_features_flag("in-features", cl::desc("det_linear: in_features K (default 2688)"),

@@ -28,6 +28,7 @@ extern llvm::cl::opt<std::string> arch_flag;
 extern llvm::cl::opt<std::string> index_type_flag;  // inspect: one spec
 extern llvm::cl::opt<int> vec_flag;                 // inspect: one spec
 extern llvm::cl::opt<bool> unweighted_flag;         // inspect: one spec
+extern llvm::cl::opt<long long> rows_flag;          // inspect: one spec (det_linear backward)
 extern llvm::cl::opt<long long> in_features_flag;   // det_linear
 extern llvm::cl::opt<long long> out_features_flag;  // det_linear
 extern llvm::cl::opt<std::string> activation_flag;  // det_linear

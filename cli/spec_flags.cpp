@@ -4,6 +4,7 @@
 
 #include "kernels/catalog.hpp"
 #include "kernels/det_linear.hpp"
+#include "kernels/det_linear_backward.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/errors.hpp"
 
@@ -178,8 +179,15 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
 
   const std::optional<IndexType> index = parse_index_type(index_type_flag);
   if (!index) return usage(fmt::format("bad --index-type '{}' (int64 or int32)", index_type_flag.getValue()));
+  if (rows_flag < 0 || rows_flag > kDetLinearBackwardMaxRows)
+    return usage(fmt::format("--rows must be in 1..{}", kDetLinearBackwardMaxRows));
+  const int64_t rows = rows_flag ? rows_flag : kDefaultTimesteps;
   for (const KernelSpec& spec : *family) {
     if (spec.index != *index || (spec.op == Op::RmsNorm && spec.weighted == unweighted_flag)) continue;
+    // The bf16 det_linear backward kernels compiled per row tile: the one a call of T rows runs.
+    if (det_linear_backward_row_tiles(spec.dtype, spec.op).size() > 1 &&
+        spec.row_tile != det_linear_backward_row_tile(spec.dtype, spec.op, rows))
+      continue;
     if (vec_flag == 0 || spec.vec == vec_flag) return std::vector<KernelSpec>{spec};  // widest first
   }
   return usage(fmt::format("no {} spec with --vec {} (1, or 16 bytes' worth when H and the stride allow it)",

@@ -8,6 +8,8 @@
 #include "runtime/errors.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <llvm/ADT/STLExtras.h>
 
 #include <climits>
 #include <tuple>
@@ -45,14 +47,15 @@ std::vector<KernelSpec> backward_family(Op op, DType dtype, int64_t hidden, int6
       break;
     case Op::DetLinearInputGrad:  // hidden = in_features, table_stride = out_features; both activations
     case Op::DetLinearWeightGrad:
-    case Op::DetLinearInputFold:  // bf16 weights: both gradient dtypes
+    case Op::DetLinearInputFold:  // bf16 weights: both gradient dtypes and every row tile
       for (bool silu : {false, true}) {
         if (dtype != DType::BF16) {
           if (op != Op::DetLinearInputFold) specs.push_back(det_linear_spec(DType::F32, hidden, table_stride, silu, op));
           continue;
         }
         for (DType grad : {DType::BF16, DType::F32})
-          specs.push_back(det_linear_backward_spec(DType::BF16, hidden, table_stride, silu, op, grad));
+          for (int rows : det_linear_backward_row_tiles(DType::BF16, op))
+            specs.push_back(det_linear_backward_spec(DType::BF16, hidden, table_stride, silu, op, grad, rows));
       }
       break;
     case Op::SegmentCount:  // hidden: index tensors per key (1, or 2 for adaln_row_gather)
@@ -163,14 +166,16 @@ std::vector<KernelSpec> default_catalog(Target target) {
       specs.push_back(spec);
     }
   // Their backward with bf16 weights (SiLU on the input), for a bf16 or an fp32 incoming gradient
-  // (the table gradient of adaln_row_gather_backward can stay fp32).
+  // (the table gradient of adaln_row_gather_backward can stay fp32), at every row tile: a cache
+  // shipped read-only serves every T.
   for (int64_t n : {18 * kDefaultHidden, 2 * kDefaultHidden})
     for (Op op : {Op::DetLinearInputGrad, Op::DetLinearInputFold, Op::DetLinearWeightGrad})
-      for (DType grad : {DType::BF16, DType::F32}) {
-        KernelSpec spec = det_linear_backward_spec(DType::BF16, kTimeEmbedDim, n, true, op, grad);
-        spec.target = target;
-        specs.push_back(spec);
-      }
+      for (DType grad : {DType::BF16, DType::F32})
+        for (int rows : det_linear_backward_row_tiles(DType::BF16, op)) {
+          KernelSpec spec = det_linear_backward_spec(DType::BF16, kTimeEmbedDim, n, true, op, grad, rows);
+          spec.target = target;
+          specs.push_back(spec);
+        }
   for (const KernelSpec& spec : {det_linear_spec(DType::F32, kSinusoidChannels, 2 * kTimeEmbedDim, true),
                                  det_linear_spec(DType::F32, 2 * kTimeEmbedDim, kTimeEmbedDim, false),
                                  det_linear_spec(DType::BF16, kTimeEmbedDim, 18 * kDefaultHidden, true),
@@ -223,7 +228,10 @@ llvm::Error validate_spec(const KernelSpec& spec) {
       if (spec.dtype == DType::BF16 && (spec.grad_dtype == DType::F16 || spec.hidden % 16 != 0))
         return bad("the bf16 det_linear backward takes a bf16 or fp32 gradient and in_features % 16 == 0");
       if (spec.out_features < 1 || spec.out_features > INT_MAX) return bad("out_features must be in [1, 2^31)");
-      if (spec.row_tile != 8) return bad("the row tile is 8");
+      if (const llvm::ArrayRef<int> tiles = det_linear_backward_row_tiles(spec.dtype, spec.op);
+          !llvm::is_contained(tiles, spec.row_tile))
+        return bad(
+            fmt::format("rows (the row tile) must be in {{{}}} (got {})", fmt::join(tiles, ", "), spec.row_tile));
       return llvm::Error::success();
     case Op::SegmentCount:
       if (spec.hidden > 2) return bad("segment_count combines 1 or 2 index tensors (hidden = 1 or 2)");

@@ -16,9 +16,13 @@ inline constexpr int64_t kDefaultHidden = 5376;
 inline constexpr int64_t kTimeEmbedDim = 2688;
 /// The sinusoid's channels (the timestep MLP's input).
 inline constexpr int64_t kSinusoidChannels = 256;
+/// The timesteps T of the default shapes (the AdaLN table's rows, as the benchmarks run it): the
+/// rows `inspect` assumes for the det_linear backward's row tile.
+inline constexpr int64_t kDefaultTimesteps = 3;
 
-/// Every spec a call of this shape can select at run time on `target`: both index types, and the
-/// 16-byte and scalar vector widths where they differ.
+/// Every spec a call of this shape can select at run time on `target`: both index types, the
+/// 16-byte and scalar vector widths where they differ, and every row tile of the bf16
+/// det_linear backward.
 std::vector<KernelSpec> spec_family(Op op, DType dtype, int64_t hidden, int64_t table_stride, Target target);
 
 /// The default pre-warm catalog for one target, H = 5376 in bf16, fp16 and fp32: gate_residual

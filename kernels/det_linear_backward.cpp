@@ -15,7 +15,8 @@ namespace exactjit {
 namespace {
 constexpr std::string_view kOp = "det_linear_backward";
 ArgName arg(std::string_view name) { return {kOp, name}; }
-constexpr int64_t kChunk = 64, kColumns = 128, kMaxRows = 8, kWeightGridRows = 1760;
+constexpr int64_t kChunk = 64, kColumns = 128, kWeightGridRows = 1760;
+constexpr int kMaxRows = kDetLinearBackwardMaxRows;
 }  // namespace
 
 int64_t det_linear_backward_workspace(int64_t rows, int64_t in_features, int64_t out_features) {
@@ -31,10 +32,23 @@ int64_t det_linear_bf16_backward_column_blocks(int64_t in_features) {
   return (in_features / 8 + kColumns - 1) / kColumns;
 }
 
+llvm::ArrayRef<int> det_linear_backward_row_tiles(DType weight_dtype, Op op) {
+  static constexpr int kRowSlots[] = {1, 2, 4, kMaxRows};
+  const bool per_row_slots =
+      weight_dtype == DType::BF16 && (op == Op::DetLinearInputGrad || op == Op::DetLinearWeightGrad);
+  return per_row_slots ? llvm::ArrayRef<int>(kRowSlots) : llvm::ArrayRef<int>(kRowSlots).take_back();
+}
+
+int det_linear_backward_row_tile(DType weight_dtype, Op op, int64_t rows) {
+  const llvm::ArrayRef<int> tiles = det_linear_backward_row_tiles(weight_dtype, op);
+  return *std::lower_bound(tiles.begin(), tiles.end(), std::min<int64_t>(rows, kMaxRows));
+}
+
 KernelSpec det_linear_backward_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu, Op op,
-                                    DType grad_dtype) {
+                                    DType grad_dtype, int64_t rows) {
   KernelSpec spec = det_linear_spec(weight_dtype, in_features, out_features, silu, op);
   if (weight_dtype == DType::BF16) spec.grad_dtype = grad_dtype;
+  spec.row_tile = det_linear_backward_row_tile(weight_dtype, op, rows);
   return spec;
 }
 
@@ -64,7 +78,8 @@ llvm::Error require_outputs(const DetLinearBackwardArgs& a, const llvm::SmallVec
 
 // bf16 weights (templates/det_linear_grad_bf16.cuh): x is temb (fp32, before SiLU and the cast),
 // grad bf16 or fp32, d_weight and d_bias bf16, d_input fp32. The partials kernel and its fold
-// (the fold applies SiLU's derivative), then the weight/bias kernel over a wave-sized grid.
+// (the fold applies SiLU's derivative), then the weight/bias kernel over a wave-sized grid; the
+// partials and weight/bias kernels are the ones compiled for the row tile the rows select.
 llvm::Expected<LaunchSequence> plan_bf16(const DetLinearBackwardArgs& a, llvm::SmallVector<NamedTensor, 8>& tensors) {
   const int64_t rows = a.x.shape[0], in_features = a.x.shape[1], out_features = a.weight.shape[0];
   if (in_features % 16 != 0)
@@ -86,8 +101,8 @@ llvm::Expected<LaunchSequence> plan_bf16(const DetLinearBackwardArgs& a, llvm::S
   auto add = [&](Op op, uint32_t grid_x, uint32_t grid_y, uint64_t partials, uint64_t d_input, uint64_t d_weight,
                  uint64_t d_bias) {
     LaunchPlan& plan =
-        sequence.add(det_linear_backward_spec(DType::BF16, in_features, out_features, a.silu, op, *grad_dtype), device,
-                     grid_x, static_cast<uint32_t>(det_linear_bf16_backward_threads(op, in_features)));
+        sequence.add(det_linear_backward_spec(DType::BF16, in_features, out_features, a.silu, op, *grad_dtype, rows),
+                     device, grid_x, static_cast<uint32_t>(det_linear_bf16_backward_threads(op, in_features)));
     plan.grid_y = grid_y;
     for (uint64_t v : {data_address(a.grad), data_address(a.x), data_address(a.weight), partials, d_input, d_weight,
                        d_bias, static_cast<uint64_t>(rows)})

@@ -9,6 +9,7 @@
 #include "kernels/launch_plan.hpp"
 
 #include <dlpack/dlpack.h>
+#include <llvm/ADT/ArrayRef.h>
 #include <llvm/Support/Error.h>
 
 namespace exactjit {
@@ -39,10 +40,20 @@ int det_linear_bf16_backward_threads(Op op, int64_t in_features);
 int64_t det_linear_bf16_backward_column_blocks(int64_t in_features);
 /// Partials a fold thread loads ahead (loads in flight per thread).
 inline constexpr int kDetLinearFoldDepth = 32;
+/// The most rows T one backward call takes.
+inline constexpr int kDetLinearBackwardMaxRows = 8;
 
-/// The spec of a det_linear backward kernel: DetLinearInputGrad, DetLinearWeightGrad, or (bf16)
-/// DetLinearInputFold; grad_dtype is the incoming gradient's (bf16 weights only).
+/// The row tiles a det_linear backward kernel is compiled for, ascending. The bf16 input partials
+/// and weight grad unroll over their row slots (sums and inputs in registers), so each compiled
+/// kernel holds one R = 1, 2, 4 or 8; the other kernels' code does not depend on the rows (8).
+llvm::ArrayRef<int> det_linear_backward_row_tiles(DType weight_dtype, Op op);
+/// The row tile a call of `rows` live rows selects: the smallest row tile >= rows (8 past 8).
+int det_linear_backward_row_tile(DType weight_dtype, Op op, int64_t rows);
+
+/// The spec of a det_linear backward kernel for a call of `rows` live rows: DetLinearInputGrad,
+/// DetLinearWeightGrad, or (bf16) DetLinearInputFold; grad_dtype is the incoming gradient's (bf16
+/// weights only).
 KernelSpec det_linear_backward_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu, Op op,
-                                    DType grad_dtype = DType::F32);
+                                    DType grad_dtype, int64_t rows);
 
 }  // namespace exactjit

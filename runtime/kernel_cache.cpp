@@ -17,9 +17,12 @@ struct KernelCache::Slot {
 };
 
 std::string prewarm_command(const KernelSpec& spec) {
+  // The det_linear backward families take out_features as the table stride (kernels/catalog.cpp).
+  const bool det_linear_backward =
+      spec.op == Op::DetLinearInputGrad || spec.op == Op::DetLinearWeightGrad || spec.op == Op::DetLinearInputFold;
   return fmt::format("exactjit prewarm --op {} --hidden {} --dtype {} --table-stride {} --arch {}",
-                     op_name(spec.op), spec.hidden, dtype_name(spec.dtype), spec.table_stride,
-                     spec.target.name());
+                     op_name(spec.op), spec.hidden, dtype_name(spec.dtype),
+                     det_linear_backward ? spec.out_features : spec.table_stride, spec.target.name());
 }
 
 KernelCache::KernelCache(CacheConfig config, std::function<void(const std::string&)> report)

@@ -18,16 +18,17 @@
 //   d_bias[n] = rT(value() of a compensated sum over t ascending of g[t, n]).
 // Row t's d_input involves no other row (batch-invariant); nothing depends on the launch geometry.
 // Geometry (speed only): partials and weight-grad blocks of kThreads threads, one 16-byte weight
-// vector per thread and row n; the partials kernel is specialised for R = 1, 2, 4, 8 row slots
-// (the smallest R >= the live rows; slots past them see g = 0 and are not stored) and keeps
-// kGroupsAhead groups of 4 weight rows (64 bytes each) in flight per thread; the weight-grad
-// blocks stride over rows n by gridDim.y (one wave-sized grid), storing 16 bytes per thread and row;
-// the fold keeps kFoldDepth partials in flight per thread.
+// vector per thread and row n; the partials and weight-grad kernels are compiled for R = kRowTile
+// row slots (1, 2, 4 or 8: the planner picks the smallest R >= the live rows; slots past them see
+// g = 0 and are not stored); the partials keep kGroupsAhead groups of 4 weight rows (64 bytes
+// each) in flight per thread; the weight-grad blocks stride over rows n by gridDim.y (one
+// wave-sized grid), storing 16 bytes per thread and row; the fold keeps kFoldDepth partials in
+// flight per thread.
 namespace det_linear_grad_bf16 {
 
 constexpr int kK = spec::kInFeatures;
 constexpr long long kN = spec::kOutFeatures;
-constexpr int kRows = spec::kRowTile;
+constexpr int kRows = spec::kRowTile;  // row slots R
 constexpr int kThreads = spec::kThreads;
 constexpr int kVecs = kK / 8;
 constexpr int kChunk = 64;
@@ -38,6 +39,7 @@ constexpr int kFoldDepth = spec::kFoldDepth;
 typedef xj::CompensatedSum Sum;
 static_assert(kK % 8 == 0, "in_features must be a multiple of 8 (16-byte weight vectors)");
 static_assert(kChunk % (kGroup * kGroupsAhead) == 0, "a chunk is whole rounds of the pipeline");
+static_assert(kRows == 1 || kRows == 2 || kRows == 4 || kRows == 8, "the row slots are 1, 2, 4 or 8");
 
 __device__ __forceinline__ float grad_at(const void* grad, long long at) {
   if (spec::kGradBf16) return xj::to_float(static_cast<const xj::bf16*>(grad)[at]);
@@ -74,8 +76,7 @@ __device__ __forceinline__ void load_group(uint4 (&w)[kGroup], const xj::bf16* b
   }
 }
 
-template <int R>
-__device__ __forceinline__ void add_group(Sum (&sums)[R][8], const uint4 (&w)[kGroup],
+__device__ __forceinline__ void add_group(Sum (&sums)[kRows][8], const uint4 (&w)[kGroup],
                                           const float (&d_v)[kChunk][kRows], int group, int count) {
   float wf[kGroup][8];
 #pragma unroll
@@ -88,7 +89,7 @@ __device__ __forceinline__ void add_group(Sum (&sums)[R][8], const uint4 (&w)[kG
     }
   }
 #pragma unroll
-  for (int t = 0; t < R; ++t) {
+  for (int t = 0; t < kRows; ++t) {
     float g[kGroup];
 #pragma unroll
     for (int i = 0; i < kGroup; ++i) g[i] = d_v[kGroup * group + i][t];
@@ -103,11 +104,10 @@ __device__ __forceinline__ void add_group(Sum (&sums)[R][8], const uint4 (&w)[kG
   }
 }
 
-template <int R>
 __device__ __forceinline__ void input_partials(const xj::bf16* __restrict__ weight, float* __restrict__ partials,
                                                const float (&d_v)[kChunk][kRows], long long chunk, int count,
                                                int vec, int live_rows) {
-  Sum sums[R][8];
+  Sum sums[kRows][8];
   const xj::bf16* base = weight + chunk * kChunk * kK + 8 * vec;
   uint4 ring[kGroupsAhead][kGroup];
 #pragma unroll
@@ -117,12 +117,12 @@ __device__ __forceinline__ void input_partials(const xj::bf16* __restrict__ weig
   for (int g0 = 0; g0 < groups; g0 += kGroupsAhead) {
 #pragma unroll
     for (int d = 0; d < kGroupsAhead; ++d) {
-      if (g0 + d < groups) add_group<R>(sums, ring[d], d_v, g0 + d, count);
+      if (g0 + d < groups) add_group(sums, ring[d], d_v, g0 + d, count);
       if (g0 + d + kGroupsAhead < groups) load_group(ring[d], base, g0 + d + kGroupsAhead, count);
     }
   }
 #pragma unroll
-  for (int t = 0; t < R; ++t) {
+  for (int t = 0; t < kRows; ++t) {
     if (t >= live_rows) continue;
     float4* out = reinterpret_cast<float4*>(partials + (chunk * live_rows + t) * kK + 8 * vec);
     out[0] = make_float4(sums[t][0].value(), sums[t][1].value(), sums[t][2].value(), sums[t][3].value());
@@ -143,12 +143,11 @@ __device__ __forceinline__ void input_vector(float (&x)[8], const float* __restr
   }
 }
 
-template <int R>
 __device__ __forceinline__ void weight_rows(const void* __restrict__ grad, const float* __restrict__ temb,
                                             xj::bf16* __restrict__ d_weight, int vec, int live_rows) {
-  float x[R][8];
+  float x[kRows][8];
 #pragma unroll
-  for (int t = 0; t < R; ++t) {
+  for (int t = 0; t < kRows; ++t) {
     if (t < live_rows) {
       input_vector(x[t], temb, t, vec);
     } else {
@@ -158,15 +157,15 @@ __device__ __forceinline__ void weight_rows(const void* __restrict__ grad, const
   }
 #pragma unroll 1
   for (long long n = blockIdx.y; n < kN; n += gridDim.y) {
-    float g[R];
+    float g[kRows];
 #pragma unroll
-    for (int t = 0; t < R; ++t) g[t] = t < live_rows ? grad_at(grad, (long long)t * kN + n) : 0.0f;
+    for (int t = 0; t < kRows; ++t) g[t] = t < live_rows ? grad_at(grad, (long long)t * kN + n) : 0.0f;
     xj::u32 words[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float w0 = 0.0f, w1 = 0.0f;
 #pragma unroll
-      for (int t = 0; t < R; ++t) {
+      for (int t = 0; t < kRows; ++t) {
         if (t >= live_rows) continue;
         w0 = xj::fma(g[t], x[t][2 * e], w0);
         w1 = xj::fma(g[t], x[t][2 * e + 1], w1);
@@ -194,10 +193,7 @@ XJ_ENTRY(const void* __restrict__ grad, const float* __restrict__ temb, const xj
     __syncthreads();
     const int vec = blockIdx.x * kThreads + threadIdx.x;
     if (vec >= kVecs) return;
-    if (live_rows <= 1) input_partials<1>(weight, partials, d_v, chunk, count, vec, live_rows);
-    else if (live_rows <= 2) input_partials<2>(weight, partials, d_v, chunk, count, vec, live_rows);
-    else if (live_rows <= 4) input_partials<4>(weight, partials, d_v, chunk, count, vec, live_rows);
-    else input_partials<8>(weight, partials, d_v, chunk, count, vec, live_rows);
+    input_partials(weight, partials, d_v, chunk, count, vec, live_rows);
   } else if (spec::kMode == 2) {
     const int k = blockIdx.x * kThreads + threadIdx.x;
     const int t = blockIdx.y;
@@ -234,9 +230,6 @@ XJ_ENTRY(const void* __restrict__ grad, const float* __restrict__ temb, const xj
     }
     const int vec = blockIdx.x * kThreads + threadIdx.x;
     if (vec >= kVecs || !d_weight) return;
-    if (live_rows <= 1) weight_rows<1>(grad, temb, d_weight, vec, live_rows);
-    else if (live_rows <= 2) weight_rows<2>(grad, temb, d_weight, vec, live_rows);
-    else if (live_rows <= 4) weight_rows<4>(grad, temb, d_weight, vec, live_rows);
-    else weight_rows<8>(grad, temb, d_weight, vec, live_rows);
+    weight_rows(grad, temb, d_weight, vec, live_rows);
   }
 }

@@ -120,6 +120,31 @@ TEST(Cli, InspectEmitsEveryView) {
   EXPECT_EQ(bad_vec.exit_code, 2);
 }
 
+// The bf16 det_linear backward's partials and weight grad are compiled per row tile: --rows T
+// picks the one a call of T rows runs (default 3, the catalog's); the fold has one.
+TEST(Cli, InspectPicksTheDetLinearBackwardRowTile) {
+  Cli cli;
+  auto source = [&](const char* op, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"inspect", "--op", op, "--dtype", "bf16", "--hidden", "2688", "--table-stride",
+                                     "10752", "--arch", "sm_90", "--emit", "source"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return cli.run(args);
+  };
+  for (const auto& [rows, tile] : {std::pair{"", 4}, {"1", 1}, {"2", 2}, {"3", 4}, {"5", 8}, {"8", 8}}) {
+    const auto result = source("det_linear_input_grad", *rows ? std::vector<std::string>{"--rows", rows}
+                                                              : std::vector<std::string>{});
+    EXPECT_EQ(result.exit_code, 0) << result.err;
+    EXPECT_NE(result.out.find(fmt::format("constexpr int kRowTile = {};", tile)), std::string::npos) << rows;
+  }
+  const auto fold = source("det_linear_input_fold", {"--rows", "1"});
+  EXPECT_EQ(fold.exit_code, 0) << fold.err;
+  EXPECT_NE(fold.out.find("constexpr int kRowTile = 8;"), std::string::npos);
+  const auto too_many = source("det_linear_weight_grad", {"--rows", "9"});
+  EXPECT_EQ(too_many.exit_code, 2);
+  EXPECT_NE(too_many.err.find("--rows must be in 1..8"), std::string::npos) << too_many.err;
+  EXPECT_NE(cli.run({"inspect", "--help"}).out.find("--rows"), std::string::npos);
+}
+
 TEST(Cli, CacheSubcommands) {
   Cli cli;
   ASSERT_EQ(cli.run({"prewarm", "--op", "gate_residual", "--dtype", "fp16", "--arch", "sm_90", "--quiet"}).exit_code, 0);

@@ -1,14 +1,17 @@
 // det_linear backward with bf16 weights on the CPU (templates/det_linear_grad_bf16.cuh): the
-// planner's rules (dtypes, shapes, a bf16 or fp32 gradient, T <= 8), the PTX audit of every new
-// spec (no TF32, no mma, no atomics, nothing approximate but libdevice's expf, exactly the written
-// fma and TwoSums, 16-byte weight loads and stores), the default catalog's projection specs, and
-// the host model against long double and against itself (a row alone vs in a batch).
+// planner's rules (dtypes, shapes, a bf16 or fp32 gradient, T <= 8, the row tile T selects), the
+// spec rules and names of the row tiles, the PTX audit of every new spec and row tile (no TF32, no
+// mma, no atomics, nothing approximate but libdevice's expf, exactly the written fma and TwoSums
+// of its R row slots, 16-byte weight loads and stores), the default catalog's projection specs,
+// and the host model against long double and against itself (a row alone vs in a batch).
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
 #include "kernels/det_linear.hpp"
 #include "kernels/det_linear_backward.hpp"
 #include "kernels/host_model.hpp"
+#include "runtime/content_key.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/kernel_cache.hpp"
 #include "runtime/nvrtc.hpp"
 #include "support/fake_tensor.hpp"
 #include "support/ptx.hpp"
@@ -75,6 +78,7 @@ TEST(DetLinearBf16BackwardValidation, PlansPartialsFoldAndWeightGrad) {
         EXPECT_EQ(spec.grad_dtype, grad_dtype);
         EXPECT_TRUE(spec.silu);
         EXPECT_EQ(spec.out_features, n);
+        EXPECT_EQ(spec.row_tile, ops[i] == Op::DetLinearInputFold ? 8 : 4) << "3 rows: 4 row slots";
         EXPECT_EQ(sequence->steps[i].params[7], 3u) << "rows";
       }
       EXPECT_EQ(sequence->steps[0].grid, 3u);  // 336 vectors of 8 inputs over 128-thread blocks
@@ -89,6 +93,22 @@ TEST(DetLinearBf16BackwardValidation, PlansPartialsFoldAndWeightGrad) {
       EXPECT_EQ(sequence->steps[1].params[3], 11 * GiB);
       EXPECT_EQ(sequence->steps[1].params[4], 8 * GiB);
     }
+}
+
+// The partials and weight-grad kernels run the smallest row tile >= T; the fold's code does not
+// depend on the rows (row tile 8).
+TEST(DetLinearBf16BackwardValidation, RowsSelectTheRowTile) {
+  const int tiles[] = {1, 2, 4, 4, 8, 8, 8, 8};
+  for (int64_t rows = 1; rows <= 8; ++rows) {
+    BackwardCall call(rows);
+    auto sequence = plan_det_linear_backward(call.args());
+    ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
+    ASSERT_EQ(sequence->count, 3);
+    EXPECT_EQ(sequence->steps[0].spec.row_tile, tiles[rows - 1]) << rows << " rows";
+    EXPECT_EQ(sequence->steps[1].spec.row_tile, 8) << rows << " rows";
+    EXPECT_EQ(sequence->steps[2].spec.row_tile, tiles[rows - 1]) << rows << " rows";
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(sequence->steps[i].params[7], static_cast<uint64_t>(rows));
+  }
 }
 
 TEST(DetLinearBf16BackwardValidation, OnlyTheAskedOutputs) {
@@ -193,28 +213,107 @@ TEST(DetLinearBf16BackwardValidation, Fp32PathIsUnchanged) {
 
 // ---- specs, catalog ----
 
+constexpr Op kOps[] = {Op::DetLinearInputGrad, Op::DetLinearInputFold, Op::DetLinearWeightGrad};
+
+// The default catalog's projection backwards: both shapes and gradient dtypes, every row tile.
 std::vector<KernelSpec> projection_specs() {
   std::vector<KernelSpec> specs;
   for (int64_t n : {kBlockN, kFinalN})
-    for (Op op : {Op::DetLinearInputGrad, Op::DetLinearInputFold, Op::DetLinearWeightGrad})
+    for (Op op : kOps)
       for (DType grad : {DType::BF16, DType::F32})
-        specs.push_back(det_linear_backward_spec(DType::BF16, kK, n, true, op, grad));
+        for (int rows : {1, 2, 4, 8})
+          if (op != Op::DetLinearInputFold || rows == 8)
+            specs.push_back(det_linear_backward_spec(DType::BF16, kK, n, true, op, grad, rows));
   return specs;
 }
 
-TEST(DetLinearBf16BackwardSpec, CatalogHasTheProjectionBackwards) {
+TEST(DetLinearBf16BackwardSpec, CatalogHasTheProjectionBackwardsForEveryT) {
   const Target target{90, false};
   const std::vector<KernelSpec> catalog = default_catalog(target);
+  EXPECT_EQ(projection_specs().size(), 2u * 2 * (4 + 1 + 4));  // shapes x gradient dtypes x (tiles per kernel)
   for (KernelSpec spec : projection_specs()) {
     spec.target = target;
     EXPECT_NE(std::find(catalog.begin(), catalog.end(), spec), catalog.end()) << spec.describe();
     EXPECT_FALSE(static_cast<bool>(validate_spec(spec))) << spec.describe();
   }
+  // No other bf16 backward kernel.
+  auto bf16_backward = [](const KernelSpec& spec) {
+    return spec.dtype == DType::BF16 && std::find(std::begin(kOps), std::end(kOps), spec.op) != std::end(kOps);
+  };
+  EXPECT_EQ(std::count_if(catalog.begin(), catalog.end(), bf16_backward),
+            static_cast<std::ptrdiff_t>(projection_specs().size()));
+}
+
+// An --op prewarm (spec_family) builds every row tile of the partials and weight grad.
+TEST(DetLinearBf16BackwardSpec, FamilyHasEveryRowTile) {
+  for (Op op : kOps) {
+    const std::vector<KernelSpec> family = spec_family(op, DType::BF16, kK, kBlockN, Target{90, false});
+    const size_t tiles = op == Op::DetLinearInputFold ? 1 : 4;
+    EXPECT_EQ(family.size(), 2 * 2 * tiles) << op_name(op);  // activations x gradient dtypes x row tiles
+    for (const KernelSpec& spec : family) EXPECT_FALSE(static_cast<bool>(validate_spec(spec))) << spec.describe();
+  }
+}
+
+TEST(DetLinearBf16BackwardSpec, RowTileIsOneTwoFourOrEight) {
+  auto error = [](KernelSpec spec, int row_tile) {
+    spec.target = Target{90, false};
+    spec.row_tile = row_tile;
+    llvm::Error err = validate_spec(spec);
+    return err ? take_error(std::move(err)).message : std::string("accepted");
+  };
+  for (Op op : {Op::DetLinearInputGrad, Op::DetLinearWeightGrad}) {
+    const KernelSpec spec = det_linear_backward_spec(DType::BF16, kK, kBlockN, true, op, DType::BF16, 1);
+    for (int tile : {1, 2, 4, 8}) EXPECT_EQ(error(spec, tile), "accepted") << tile;
+    for (int tile : {0, 3, 16}) {
+      const std::string message = error(spec, tile);
+      EXPECT_NE(message.find(fmt::format("rows (the row tile) must be in {{1, 2, 4, 8}} (got {})", tile)),
+                std::string::npos)
+          << message;
+    }
+  }
+  // The fold's code and the fp32 kernels' do not depend on the rows: one row tile, 8.
+  const KernelSpec fold =
+      det_linear_backward_spec(DType::BF16, kK, kBlockN, true, Op::DetLinearInputFold, DType::BF16, 3);
+  EXPECT_EQ(fold.row_tile, 8);
+  EXPECT_NE(error(fold, 4).find("rows (the row tile) must be in {8} (got 4)"), std::string::npos) << error(fold, 4);
+  const KernelSpec fp32 = det_linear_spec(DType::F32, 5376, 2688, false, Op::DetLinearInputGrad);
+  EXPECT_NE(error(fp32, 4).find("rows (the row tile) must be in {8} (got 4)"), std::string::npos) << error(fp32, 4);
+}
+
+TEST(DetLinearBf16BackwardSpec, RowTileNamesTheKernelAndItsCacheKey) {
+  std::vector<KernelSpec> specs;
+  for (int rows : {1, 2, 4, 8})
+    specs.push_back(
+        det_linear_backward_spec(DType::BF16, kK, kBlockN, true, Op::DetLinearInputGrad, DType::BF16, rows));
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const KernelSource source = codegen::render(specs[i]);
+    EXPECT_NE(source.text.find(fmt::format("constexpr int kRowTile = {};", specs[i].row_tile)), std::string::npos);
+    for (size_t j = 0; j < i; ++j) {
+      EXPECT_FALSE(specs[i] == specs[j]);
+      EXPECT_NE(specs[i].describe(), specs[j].describe());
+      EXPECT_NE(specs[i].stem(), specs[j].stem());
+      EXPECT_NE(codegen::entry_name(specs[i]), codegen::entry_name(specs[j]));
+      EXPECT_NE(KernelSpecHash{}(specs[i]), KernelSpecHash{}(specs[j]));
+      EXPECT_NE(source_key(source), source_key(codegen::render(specs[j])));
+    }
+  }
+}
+
+// An offline miss (a T the cache was not prewarmed for) names a command whose family holds the kernel.
+TEST(DetLinearBf16BackwardSpec, PrewarmCommandBuildsAMissingRowTile) {
+  KernelSpec spec = det_linear_backward_spec(DType::BF16, kK, kBlockN, true, Op::DetLinearWeightGrad, DType::F32, 1);
+  spec.target = Target{90, false};
+  EXPECT_EQ(prewarm_command(spec), "exactjit prewarm --op det_linear_weight_grad --hidden 2688 --dtype bf16 "
+                                   "--table-stride 96768 --arch sm_90");
+  const std::vector<KernelSpec> family = spec_family(spec.op, DType::BF16, kK, kBlockN, spec.target);
+  EXPECT_NE(std::find(family.begin(), family.end(), spec), family.end());
 }
 
 TEST(DetLinearBf16BackwardSpec, GradDtypeNamesTheKernel) {
-  const KernelSpec a = det_linear_backward_spec(DType::BF16, kK, kBlockN, true, Op::DetLinearInputGrad, DType::BF16);
-  const KernelSpec b = det_linear_backward_spec(DType::BF16, kK, kBlockN, true, Op::DetLinearInputGrad, DType::F32);
+  const KernelSpec a =
+      det_linear_backward_spec(DType::BF16, kK, kBlockN, true, Op::DetLinearInputGrad, DType::BF16, kDefaultTimesteps);
+  const KernelSpec b =
+      det_linear_backward_spec(DType::BF16, kK, kBlockN, true, Op::DetLinearInputGrad, DType::F32, kDefaultTimesteps);
   EXPECT_FALSE(a == b);
   EXPECT_NE(a.describe(), b.describe());
   EXPECT_NE(a.stem(), b.stem());
@@ -223,7 +322,8 @@ TEST(DetLinearBf16BackwardSpec, GradDtypeNamesTheKernel) {
   // fp32 specs keep their names (and so their cached binaries).
   const KernelSpec f = det_linear_spec(DType::F32, 5376, 2688, false, Op::DetLinearInputGrad);
   EXPECT_EQ(f.describe().find("grad="), std::string::npos);
-  KernelSpec bad = det_linear_backward_spec(DType::BF16, kK, kBlockN, true, Op::DetLinearInputGrad, DType::F16);
+  KernelSpec bad =
+      det_linear_backward_spec(DType::BF16, kK, kBlockN, true, Op::DetLinearInputGrad, DType::F16, kDefaultTimesteps);
   bad.target = Target{90, false};
   EXPECT_TRUE(static_cast<bool>(validate_spec(bad)));
   KernelSpec fp32_fold = det_linear_spec(DType::F32, 5376, 2688, false, Op::DetLinearInputFold);
@@ -236,54 +336,56 @@ TEST(DetLinearBf16BackwardSpec, GradDtypeNamesTheKernel) {
 
 // ---- the PTX audit ----
 
-// Written instructions per kernel (templates/det_linear_grad_bf16.cuh), summed over the row
-// specialisations R = 1, 2, 4, 8 (15 row slots in all):
+// Written instructions per kernel (templates/det_linear_grad_bf16.cuh) for its R row slots:
 // - partials: per slot and pipeline copy (kGroupsAhead = 2), 8 inputs x a chain of 4 fma and one
-//   TwoSum (4 sub) after it; 16-byte weight loads: 2 groups x 4 rows prefetched and refilled per R;
-//   two 16-byte stores per slot;
+//   TwoSum (4 sub) after it; 16-byte weight loads: 2 groups x 4 rows prefetched and 2 x 4
+//   refilled; two 16-byte stores per slot;
 // - fold: kFoldDepth TwoSums (4 sub each) and, with SiLU, one sub and one expf;
-// - weight grad: 8 fma per slot; one 16-byte store per R; the bias's TwoSum per row slot of 8;
-//   with SiLU, 8 expf per slot.
+// - weight grad: 8 fma per slot; one 16-byte store; the bias's TwoSum per slot; with SiLU, 8 expf
+//   per slot.
 struct Written {
   size_t fma = 0, sub = 0, expf = 0, weight_loads = 0, stores_v4 = 0;
 };
-Written written(Op op, bool silu) {
-  constexpr size_t kSlots = 1 + 2 + 4 + 8;
+Written written(Op op, bool silu, size_t slots) {
   Written w;
   switch (op) {
     case Op::DetLinearInputGrad:
-      w.fma = 2 * kSlots * 8 * 4;
-      w.sub = 2 * kSlots * 8 * 4;
-      w.weight_loads = 4 * 2 * 4 * 2;
-      w.stores_v4 = 2 * kSlots;
+      w.fma = 2 * slots * 8 * 4;
+      w.sub = 2 * slots * 8 * 4;
+      w.weight_loads = 2 * 2 * 4;
+      w.stores_v4 = 2 * slots;
       break;
     case Op::DetLinearInputFold:
       w.sub = 4 * kDetLinearFoldDepth + (silu ? 1 : 0);
       w.expf = silu ? 1 : 0;
       break;
     default:
-      w.fma = 8 * kSlots;
-      w.sub = 4 * 8;
-      w.expf = silu ? 8 * kSlots : 0;
-      w.stores_v4 = 4;
+      w.fma = 8 * slots;
+      w.sub = 4 * slots;
+      w.expf = silu ? 8 * slots : 0;
+      w.stores_v4 = 1;
       break;
   }
   return w;
 }
 
-TEST(DetLinearBf16BackwardPtx, IsTheWrittenChainsAndCompensatedSumsOnly) {
+// The catalog's specs, and every row tile with and without SiLU: each kernel holds the
+// instructions of its own R row slots only.
+TEST(DetLinearBf16BackwardPtx, IsTheWrittenChainsAndCompensatedSumsOfItsRowSlots) {
   std::vector<KernelSpec> specs = projection_specs();
-  for (Op op : {Op::DetLinearInputGrad, Op::DetLinearInputFold, Op::DetLinearWeightGrad})
-    specs.push_back(det_linear_backward_spec(DType::BF16, kK, kBlockN, false, op, DType::BF16));
+  for (Op op : kOps)
+    for (bool silu : {false, true})
+      for (int rows : det_linear_backward_row_tiles(DType::BF16, op)) {
+        const KernelSpec spec = det_linear_backward_spec(DType::BF16, kK, kBlockN, silu, op, DType::BF16, rows);
+        if (std::find(specs.begin(), specs.end(), spec) == specs.end()) specs.push_back(spec);
+      }
   for (KernelSpec spec : specs) {
     spec.target = Target{90, false};
     const std::string ptx = ptx_of(spec);
     ASSERT_FALSE(ptx.empty()) << spec.describe();
-    const Written w = written(spec.op, spec.silu);
+    const Written w = written(spec.op, spec.silu, static_cast<size_t>(spec.row_tile));
     const size_t exps = count(ptx, "ex2\\.approx\\.ftz\\.f32");
-    // The compiler may share one row's staged x between the row specialisations (fewer calls).
-    EXPECT_LE(exps, w.expf) << spec.describe();
-    EXPECT_EQ(exps > 0, w.expf > 0) << spec.describe();
+    EXPECT_EQ(exps, w.expf) << spec.describe();
     EXPECT_EQ(count(ptx, "tf32|\\bmma\\.|\\batom\\.|\\bred\\."), 0u) << spec.describe();
     EXPECT_EQ(count(ptx, "\\.approx"), exps) << spec.describe() << ": only expf's ex2 is approximate";
     EXPECT_EQ(count(ptx, "\\.ftz"), exps) << spec.describe() << ": only expf's ex2 flushes";
@@ -300,10 +402,15 @@ TEST(DetLinearBf16BackwardPtx, IsTheWrittenChainsAndCompensatedSumsOnly) {
       EXPECT_EQ(count(ptx, "ld\\.global\\.nc\\.L1::no_allocate\\.v4\\.u32"), w.weight_loads) << spec.describe();
       EXPECT_EQ(count(ptx, "st\\.global\\.v4\\.f32"), w.stores_v4) << spec.describe();
     }
-    if (spec.op == Op::DetLinearWeightGrad)
+    if (spec.op == Op::DetLinearWeightGrad) {
       EXPECT_GE(count(ptx, "st\\.global\\.v4\\.(u32|b32)"), w.stores_v4) << spec.describe();  // loop copies
-    EXPECT_EQ(count(ptx, "st\\.global\\.(u16|b16)|st\\.global\\.v2"), spec.op == Op::DetLinearWeightGrad ? 1u : 0u)
-        << spec.describe() << ": 16-byte stores only (the weight grad's bias is one bf16 per row)";
+    }
+    // 16-byte stores only, but the weight grad's bias: one bf16 per row (for R = 1 the compiler
+    // also copies the bias loop for no live row).
+    const size_t bf16_stores = count(ptx, "st\\.global\\.(u16|b16)");
+    EXPECT_EQ(bf16_stores > 0, spec.op == Op::DetLinearWeightGrad) << spec.describe();
+    EXPECT_LE(bf16_stores, 2u) << spec.describe();
+    EXPECT_EQ(count(ptx, "st\\.global\\.v2"), 0u) << spec.describe();
   }
 }
 

@@ -108,6 +108,7 @@ llvm::Expected<DeviceState*> Runtime::Impl::device(int device_id) {
   driver->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, state->device);
   driver->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, state->device);
   state->target = forced_target.value_or(Target{major * 10 + minor, false});
+  driver->cuDeviceGetAttribute(&state->multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, state->device);
   if (auto err = driver->check(driver->cuDevicePrimaryCtxRetain(&state->context, state->device),
                                "cuDevicePrimaryCtxRetain"))
     return err;
@@ -121,7 +122,17 @@ llvm::Expected<DeviceState*> Runtime::Impl::device(int device_id) {
   return state.release();
 }
 
-llvm::Expected<CUfunction> Runtime::Impl::function(DeviceState& state, KernelSpec spec) {
+DeviceTraits Runtime::Impl::traits(const DLDevice& device) {
+  if (device.device_type != kDLCUDA) return {};
+  auto state = this->device(device.device_id);
+  if (!state) {
+    llvm::consumeError(state.takeError());
+    return {};
+  }
+  return {(*state)->target.sm, (*state)->multiprocessors};
+}
+
+llvm::Expected<CUfunction> Runtime::Impl::function(DeviceState& state, KernelSpec spec, uint32_t shared_bytes) {
   {
     std::shared_lock<std::shared_mutex> lock(state.mutex);  // the target can move to PTX once
     spec.target = state.target;
@@ -151,6 +162,12 @@ llvm::Expected<CUfunction> Runtime::Impl::function(DeviceState& state, KernelSpe
   if (!lookup) return lookup.takeError();
   auto function = modules->function(state.context, *lookup->kernel);
   if (!function) return function.takeError();
+  if (shared_bytes > 48 * 1024)
+    if (auto err = driver->check(driver->cuFuncSetAttribute(*function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                            static_cast<int>(shared_bytes)),
+                                 "cuFuncSetAttribute"))
+      return make_error(ErrorCode::Cuda, fmt::format("{} needs {} bytes of shared memory per block: {}",
+                                                     op_name(spec.op), shared_bytes, llvm::toString(std::move(err))));
   std::lock_guard<std::shared_mutex> lock(state.mutex);
   state.functions.emplace(requested, *function);
   state.functions.emplace(spec, *function);
@@ -159,7 +176,7 @@ llvm::Expected<CUfunction> Runtime::Impl::function(DeviceState& state, KernelSpe
 
 llvm::Error Runtime::Impl::launch_in_context(DeviceState& state, const LaunchPlan& plan, CUstream stream) {
   if (plan.grid == 0) return llvm::Error::success();
-  auto function = this->function(state, plan.spec);
+  auto function = this->function(state, plan.spec, plan.shared_bytes);
   if (!function) return function.takeError();
   uint64_t params[LaunchPlan::kMaxParams + 1];
   void* args[LaunchPlan::kMaxParams + 1];
@@ -170,7 +187,8 @@ llvm::Error Runtime::Impl::launch_in_context(DeviceState& state, const LaunchPla
   params[plan.param_count] = state.error_record;
   args[plan.param_count] = &params[plan.param_count];
   if (auto err = driver->check(
-          driver->cuLaunchKernel(*function, plan.grid, plan.grid_y, 1, plan.threads, 1, 1, 0, stream, args, nullptr),
+          driver->cuLaunchKernel(*function, plan.grid, plan.grid_y, 1, plan.threads, 1, 1, plan.shared_bytes, stream, args,
+                                nullptr),
           "cuLaunchKernel"))
     return make_error(ErrorCode::Cuda, fmt::format("{}: {}", op_name(plan.spec.op), llvm::toString(std::move(err))));
   return llvm::Error::success();
@@ -223,7 +241,7 @@ Status Runtime::timestep_sinusoid(const DLTensor& t, const DLTensor& out, double
 
 Status Runtime::det_linear(const DLTensor& x, const DLTensor& weight, const DLTensor* bias, const DLTensor& out,
                            const DLTensor* pre_activation, bool silu, void* stream) {
-  auto plan = plan_det_linear({x, weight, bias, out, pre_activation, silu});
+  auto plan = plan_det_linear({x, weight, bias, out, pre_activation, silu}, impl_->traits(x.device));
   if (!plan) return to_status(plan.takeError());
   return to_status(impl_->launch(*plan, stream));
 }

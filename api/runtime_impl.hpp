@@ -26,6 +26,7 @@ struct DeviceState {
   CUdevice device = 0;
   CUcontext context = nullptr;
   Target target;
+  int multiprocessors = 0;
   CUdeviceptr error_record = 0;
   std::shared_mutex mutex;
   std::unordered_map<KernelSpec, CUfunction, KernelSpecHash> functions;
@@ -41,8 +42,13 @@ struct Runtime::Impl {
   llvm::Error check_options() const;
   /// The device's state, created (driver loaded, primary context retained) on first use.
   llvm::Expected<DeviceState*> device(int device_id);
-  /// The loaded kernel for `spec` on the device (the spec's target is the device's).
-  llvm::Expected<CUfunction> function(DeviceState& state, KernelSpec spec);
+  /// The loaded kernel for `spec` on the device (the spec's target is the device's); one that
+  /// needs more than 48 KB of dynamic shared memory (`shared_bytes`, a function of the spec) is
+  /// allowed it when first loaded.
+  llvm::Expected<CUfunction> function(DeviceState& state, KernelSpec spec, uint32_t shared_bytes);
+  /// The target and SM count of a device for the planners that need them; zeros when the device
+  /// cannot be opened (the launch then reports why).
+  DeviceTraits traits(const DLDevice& device);
   /// Launches validated plans in order on `stream`, each with the device's error record appended;
   /// the device, its context and the check after launch are resolved once for all of them.
   llvm::Error launch(llvm::ArrayRef<LaunchPlan> steps, void* stream);

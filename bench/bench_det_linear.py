@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """det_linear benchmarks (GPU machine): the timestep MLP (fp32, 256 -> 5376 + SiLU -> 2688) and the
 AdaLN projections (bf16 weights, SiLU(temb) -> 18H and -> 2H) against cuBLAS through eager
-F.linear, at T = 3 (--rows 1,3,8: each of those). Per row: median ms (CUDA events, bench_forward.Timer), weight bytes streamed /
+F.linear, at T = 3 (--rows 1,3,8: each of those), and the AdaLN projection's forward + backward
+through autograd at T = 3. Per row: median ms (CUDA events, bench_forward.Timer), weight bytes streamed /
 time as GB/s and % of the measured copy bandwidth, whether a row's bits are the same at T = 1 and
 T = 3 (exactjit's contract), and the rel-L2 error of both against an fp64 reference.
 
@@ -100,6 +101,44 @@ def bench(timer, xj, copy_gbs, seed, T):
     return rows
 
 
+def bench_backward(timer, xj, copy_gbs, seed, T):
+    """The AdaLN projection forward + backward through autograd (d_temb, d_weight, d_bias from a
+    bf16 table gradient): exactjit's det_linear backward against eager's cuBLAS GEMMs."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    n = 18 * H
+    w = (torch.randn(n, D, generator=gen, device="cuda") / D ** 0.5).to(torch.bfloat16).requires_grad_()
+    b = (torch.randn(n, generator=gen, device="cuda") * 0.1).to(torch.bfloat16).requires_grad_()
+    temb = torch.randn(T, D, generator=gen, device="cuda").requires_grad_()
+    g = torch.randn(T, n, generator=gen, device="cuda").to(torch.bfloat16)
+    nbytes = 3 * 2 * n * D  # W read twice (forward, d_temb), d_W written once
+
+    def fwd_bwd(proj):
+        def run(temb, w, b, g):
+            with torch.enable_grad():
+                return torch.autograd.grad(proj(temb, w, b), (temb, w, b), g)
+        return run
+
+    impls = [("cuBLAS (eager)", fwd_bwd(lambda t, w, b: F.linear(F.silu(t).to(torch.bfloat16), w, b)))]
+    if xj is not None:
+        impls.append(("exactjit", fwd_bwd(xj.adaln_projection)))
+    rows = []
+    for impl, fn in impls:
+        row = dict(op="adaln projection fwd+bwd", impl=impl, T=T, bytes=nbytes,
+                   floor_ms=nbytes / (copy_gbs * 1e9) * 1e3)
+        try:
+            ms, host_us, inner = timer.median_ms(fn, [(temb, w, b, g)])
+            add_timing(row, ms, host_us, inner, nbytes, copy_gbs)
+            first, again = fn(temb, w, b, g), fn(temb, w, b, g)
+            row["repeatable"] = all(torch.equal(a, c) for a, c in zip(first, again))
+        except Exception as e:  # report, keep going
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        rows.append(row)
+        log(f"  T={T} fwd+bwd {impl:<15} " + (f"{row['ms']:.4f} ms {row['pct_copy']:5.1f}% copy"
+                                            if "ms" in row else f"ERROR {row['error']}"))
+    add_speedups(rows, "impl", [("cuBLAS (eager)", "vs_cublas")])
+    return rows
+
+
 def markdown(meta, rows):
     lines = ["# det_linear: exactjit vs cuBLAS (eager F.linear)", "",
              *(f"- {k}: {v}" for k, v in meta.items()),
@@ -111,6 +150,11 @@ def markdown(meta, rows):
     for r in rows:
         if "ms" not in r:
             lines.append(f"| {r['op']} | {r['T']} | {r['impl']} | error: {r['error'].replace('|', '/')} | | | | | | | | |")
+            continue
+        if "row_invariant" not in r:  # fwd+bwd rows: timing and repeatability only
+            lines.append(f"| {r['op']} | {r['T']} | {r['impl']} | {r['ms']:.4f} | {r['gbs']:.0f} | {r['pct_copy']:.1f} | "
+                         f"{r['floor_ms']:.4f} | {r.get('vs_cublas', float('nan')):.2f}x | | "
+                         f"{r.get('repeatable', '')} | | |")
             continue
         target = r.get("target_ms")
         verdict = "" if target is None else f"<= {target} ms: {'met' if r['ms'] <= target else 'NOT met'}"
@@ -138,6 +182,7 @@ def main():
         timer = Timer(args.reps)
         copy_gbs = measure_copy(timer, meta)
         rows = [r for T in row_counts for r in bench(timer, xj, copy_gbs, args.seed, T)]
+    rows += bench_backward(timer, xj, copy_gbs, args.seed, 3)
     meta["seconds"] = round(time.perf_counter() - t_start, 1)
     return finish(args, meta, rows, markdown(meta, rows), xj, copy_gbs=copy_gbs)
 

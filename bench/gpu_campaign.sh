@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU campaign on the device machine: GPU test suite, compute-sanitizer on it, the CLI
-# self-test, PyTorch parity (forward) and gradient checks (backward), benchmarks. Binaries come
+# self-test, PyTorch parity (forward) and gradient checks (backward), benchmarks, optionally a
+# profile. Binaries come
 # prebuilt in .carry/ (built on the CPU machine); markdown reports go to $OUT, logs and JSON to
 # $OUT/logs.tgz. Prints a short table last.
 set -uo pipefail
@@ -43,6 +44,20 @@ step parity parity.log python3 tests/gpu/parity_torch.py --report "$OUT/parity.m
   --report "$OUT/det_linear.md" --json "$LOGS/det_linear.json"
 # exactjit bench: forward, forward + backward, det_linear vs cuBLAS, plots (the issue-6 command).
 [ "${SKIP_BENCH:-0}" = 1 ] || step bench bench.log ./.carry/exactjit bench --bench-dir "$PWD/bench" --out "$OUT/bench"
+# PROFILE=1: Nsight Compute on the 18H AdaLN projection at T = 3, the bulk-copy kernel and (a
+# runtime compiling compute_80) the register kernel; the summary lines go to $OUT/profile.txt.
+if [ "${PROFILE:-0}" = 1 ]; then
+  for variant in bulk register; do
+    arch=""; [ "$variant" = register ] && arch=compute_80
+    step "ncu-$variant" "ncu_$variant.log" env EXACTJIT_ARCH="$arch" timeout 150 ncu --clock-control none \
+      -k regex:det_linear_bf16_k2688_n96768 -c 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section WarpStateStats --section LaunchStats --section Occupancy \
+      --metrics dram__bytes_read.sum,lts__t_sector_hit_rate.pct \
+      python3 bench/bench_det_linear.py --rows 3 --reps 1
+    { echo "== $variant"; grep -E "Duration|DRAM Throughput|Memory Throughput|dram__bytes|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|L2 Hit|Block Size|Grid Size|Dynamic Shared|Stall" "$LOGS/ncu_$variant.log"; } >>"$OUT/profile.txt"
+  done
+  cat "$OUT/profile.txt"
+fi
 # bench_host needs libexactjit.so and libbenchmark.so.1debian carried next to it.
 [ -x .carry/bench_host ] && step bench-host bench_host.log env LD_LIBRARY_PATH="$PWD/.carry" ./.carry/bench_host \
   --benchmark_filter=Dispatch \

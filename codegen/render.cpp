@@ -4,6 +4,7 @@
 #include "codegen/digest.hpp"
 #include "codegen/nvrtc_options.hpp"
 #include "codegen/templates.hpp"
+#include "kernels/det_linear.hpp"
 
 #include <fmt/format.h>
 
@@ -55,7 +56,12 @@ std::vector<std::string_view> op_templates(const KernelSpec& spec) {
     case Op::AdalnRowGather: return {"adaln_row_gather.cuh"};
     case Op::RmsNorm: return {"quad_io.cuh", "row_sum.cuh", "rms_norm.cuh"};
     case Op::TimestepSinusoid: return {"timestep_sinusoid.cuh"};
-    case Op::DetLinear: return {"fixed_order_sum.cuh", spec.dtype == DType::F32 ? "det_linear_fp32.cuh" : "det_linear_bf16.cuh"};
+    case Op::DetLinear:
+      if (spec.dtype == DType::F32) return {"fixed_order_sum.cuh", "det_linear_fp32.cuh"};
+      return {"det_linear_bf16_chunk.cuh",
+              det_linear_geometry(spec.dtype, spec.hidden, spec.out_features, spec.target.sm).bulk
+                  ? "det_linear_bf16_bulk.cuh"
+                  : "det_linear_bf16.cuh"};
     case Op::DetLinearInputGrad:
     case Op::DetLinearWeightGrad:
       return {"fixed_order_sum.cuh", spec.dtype == DType::F32 ? "det_linear_grad.cuh" : "det_linear_grad_bf16.cuh"};

@@ -30,14 +30,16 @@ std::string render_backward_constants(const KernelSpec& spec) {
 std::string render_det_linear_constants(const KernelSpec& spec) {
   std::string geometry;
   if (spec.op == Op::DetLinear) {
-    const DetLinearGeometry g = det_linear_geometry(spec.dtype, spec.hidden, spec.out_features);
+    const DetLinearGeometry g = det_linear_geometry(spec.dtype, spec.hidden, spec.out_features, spec.target.sm);
     geometry = fmt::format(
         "constexpr int kWarps = {warps};  // per block\n"
         "constexpr int kColumnsPerWarp = {columns};\n"
         "constexpr int kDepth = {depth};  // weight loads in flight per lane (fp32: groups; bf16: 32-wide chunks)\n"
-        "constexpr int kTileChunks = {tile};  // bf16: 32-wide chunks of x staged at a time\n",
+        "constexpr int kTileChunks = {tile};  // bf16: 32-wide chunks of x staged at a time\n"
+        "constexpr int kStageChunks = {stage_chunks};  // bf16 bulk copies: chunks per ring slot\n"
+        "constexpr int kStages = {stages};  // bf16 bulk copies: ring slots per warp\n",
         fmt::arg("warps", g.warps), fmt::arg("columns", g.columns_per_warp), fmt::arg("depth", g.depth),
-        fmt::arg("tile", g.tile_chunks));
+        fmt::arg("tile", g.tile_chunks), fmt::arg("stage_chunks", g.stage_chunks), fmt::arg("stages", g.stages));
   }
   if (spec.op != Op::DetLinear && spec.dtype == DType::BF16)  // the bf16 backward (det_linear_backward.hpp)
     geometry = fmt::format(

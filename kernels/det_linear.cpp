@@ -15,7 +15,13 @@ ArgName arg(std::string_view name) { return {kOp, name}; }
 constexpr int kRowTile = 8;
 }  // namespace
 
-DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, int64_t out_features) {
+namespace {
+// Dynamic shared memory a block may opt into on sm_90 and sm_100 (227 KB).
+constexpr uint32_t kBulkSharedLimit = 232448;
+bool has_bulk_copies(int sm) { return sm == 90 || sm == 100 || sm == 103; }
+}  // namespace
+
+DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, int64_t out_features, int target_sm) {
   DetLinearGeometry g;
   if (weight_dtype == DType::F32) {
     // Lane l reads 16-byte chunks l, l + 32, ... in groups of two (64 chunks = 256 inputs per
@@ -27,20 +33,35 @@ DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, i
     g.warps = 2;
     g.columns_per_warp = in_features <= 256 ? 4 : 2;
     g.depth = static_cast<int>(std::clamp<int64_t>(full_groups, 1, 4));
-  } else {
-    // One warp per 16 features (the mma's M). Many features (>= 264 blocks of 128, two per SM of
-    // an H200: the 18H projection): 8-warp blocks,
-    // 4 chunks (128 B) in flight per lane at <= 64 registers (4 blocks per SM); few (the 2H
-    // projection): 4-warp blocks so more SMs get work, and 12 chunks in flight per lane (<= 128
-    // registers). x is staged whole when its 8 rows fit in 44 KB of static shared memory (K <=
-    // 2752), else 64 chunks at a time, and then the depth divides 64 (a tile starts a round).
-    const int64_t chunks = (in_features + 31) / 32;
-    const bool many = (out_features + 127) / 128 >= 264;
-    g.warps = many ? 8 : 4;
-    g.columns_per_warp = 16;
-    g.tile_chunks = static_cast<int>(chunks <= 86 ? chunks : 64);
-    g.depth = many ? 4 : chunks <= 86 ? 12 : 8;
+    return g;
   }
+  g.columns_per_warp = 16;  // one warp per 16 features (the mma's M)
+  const int64_t chunks = (in_features + 31) / 32;
+  if (has_bulk_copies(target_sm)) {
+    // Rings of 3 slots of 7 chunks (448 contiguous bytes of each of 16 rows, 7 KB) per warp, up to
+    // 8 warps next to the whole of x: 21 KB per warp, 168 KB per SM in flight or landed for the
+    // 18H projection, where a full-bandwidth SM takes ~32 KB per microsecond.
+    const int64_t row_vecs = 4 * chunks + (4 * chunks % 8 == 0 ? 4 : 0);
+    g.stage_chunks = 7;
+    g.stages = 3;
+    g.shared_fixed = static_cast<uint32_t>(std::min<int64_t>(8 * row_vecs * 16, kBulkSharedLimit));
+    g.shared_per_warp = static_cast<uint32_t>(g.stages * (16 * 64 * g.stage_chunks + 8));
+    g.warps = static_cast<int>(std::min<int64_t>(8, (kBulkSharedLimit - g.shared_fixed) / g.shared_per_warp));
+    g.bulk = g.warps >= 1;  // else x leaves no room for a ring (K > ~12000): stream through registers
+    if (g.bulk) return g;
+    g.stage_chunks = g.stages = 0;
+    g.shared_fixed = g.shared_per_warp = 0;
+  }
+  // Through registers. Many features (>= 264 blocks of 128, two per SM of an H200: the 18H
+  // projection): 8-warp blocks, 4 chunks (128 B) in flight per lane at <= 64 registers (4 blocks
+  // per SM); few (the 2H projection): 4-warp blocks so more SMs get work, and 12 chunks in flight
+  // per lane (<= 128 registers). x is staged whole when its 8 rows fit in 44 KB of static shared
+  // memory (K <= 2752), else 64 chunks at a time, and then the depth divides 64 (a tile starts a
+  // round).
+  const bool many = (out_features + 127) / 128 >= 264;
+  g.warps = many ? 8 : 4;
+  g.tile_chunks = static_cast<int>(chunks <= 86 ? chunks : 64);
+  g.depth = many ? 4 : chunks <= 86 ? 12 : 8;
   return g;
 }
 
@@ -52,7 +73,7 @@ KernelSpec det_linear_spec(DType weight_dtype, int64_t in_features, int64_t out_
   return spec;
 }
 
-llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& a) {
+llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& a, const DeviceTraits& device) {
   llvm::SmallVector<NamedTensor, 5> tensors = {{"x", &a.x}, {"weight", &a.weight}, {"out", &a.out}};
   if (a.bias) tensors.push_back({"bias", a.bias});
   if (a.pre_activation) tensors.push_back({"pre_activation", a.pre_activation});
@@ -98,13 +119,23 @@ llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& a) {
   plan.spec = det_linear_spec(*dtype, in_features, out_features, a.silu);
   plan.device_id = a.x.device.device_id;
   if (rows == 0) return plan;
-  const DetLinearGeometry geometry = det_linear_geometry(*dtype, in_features, out_features);
-  const int64_t blocks = (out_features + geometry.columns_per_block() - 1) / geometry.columns_per_block();
+  const DetLinearGeometry geometry = det_linear_geometry(*dtype, in_features, out_features, device.sm);
   const int64_t row_tiles = (rows + kRowTile - 1) / kRowTile;
   if (row_tiles > 65535) return invalid(arg("x"), fmt::format("has too many rows ({})", rows));
+  int64_t blocks = (out_features + geometry.columns_per_block() - 1) / geometry.columns_per_block();
+  int warps = geometry.warps;
+  if (geometry.bulk) {
+    // Persistent: at most one block per SM, and fewer warps when the tasks do not fill them all.
+    const int64_t tasks = (out_features + 15) / 16;
+    if (device.multiprocessors > 0) {
+      warps = static_cast<int>(std::clamp<int64_t>((tasks + device.multiprocessors - 1) / device.multiprocessors, 1, warps));
+      blocks = std::min<int64_t>((tasks + warps - 1) / warps, device.multiprocessors);
+    }
+    plan.shared_bytes = geometry.shared_fixed + static_cast<uint32_t>(warps) * geometry.shared_per_warp;
+  }
   plan.grid = static_cast<uint32_t>(blocks);
   plan.grid_y = static_cast<uint32_t>(row_tiles);
-  plan.threads = static_cast<uint32_t>(32 * geometry.warps);
+  plan.threads = static_cast<uint32_t>(32 * warps);
   plan.push(data_address(a.x));
   plan.push(data_address(a.weight));
   plan.push(a.bias ? data_address(*a.bias) : 0);

@@ -20,20 +20,27 @@ struct DetLinearArgs {
   bool silu;                       ///< fp32: SiLU on the output; bf16: SiLU on x before the cast
 };
 
-llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& args);
+/// `device`: the target and SM count the runtime will launch on (the bf16 path picks its kernel and
+/// its persistent grid by them); unknown (zeros): the register-streaming kernel, one block per 8 warps.
+llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& args, const DeviceTraits& device = {});
 
-/// Launch geometry of the det_linear forward kernel, a pure function of the weight dtype and shape:
-/// baked into the generated source (codegen/render_backward.cpp) and used by the planner, so the
-/// two cannot disagree. The order of operations does not depend on it: it sets only how the work is
-/// spread over warps and how many weight loads each lane keeps in flight (docs/det_linear.md).
+/// Launch geometry of the det_linear forward kernel, a function of the weight dtype, the shape and
+/// the target architecture: baked into the generated source (codegen/render_backward.cpp) and used
+/// by the planner, so the two cannot disagree. The order of operations does not depend on it: it
+/// sets only how the work is spread over warps and how the weights stream in (docs/det_linear.md).
 struct DetLinearGeometry {
-  int warps = 0;             ///< warps per block
+  int warps = 0;             ///< warps per block (bulk: the most; the planner may use fewer)
   int columns_per_warp = 0;  ///< output columns a warp owns (bf16: 16, the mma's M)
-  int depth = 0;             ///< weight loads a lane keeps in flight: fp32 groups (2 x 16 B per column), bf16 32-wide chunks (2 x 16 B)
-  int tile_chunks = 0;       ///< bf16: 32-wide chunks of x staged in shared memory at a time (all of K when it fits)
+  int depth = 0;             ///< register streaming: loads a lane keeps in flight (fp32 groups, bf16 32-wide chunks)
+  int tile_chunks = 0;       ///< bf16 register streaming: 32-wide chunks of x staged in shared memory at a time
+  bool bulk = false;         ///< bf16 on sm_90/sm_100: weights by bulk copies through a ring per warp, persistent blocks
+  int stage_chunks = 0;      ///< bulk: 32-wide chunks of each of a warp's 16 rows per ring slot
+  int stages = 0;            ///< bulk: ring slots per warp
+  uint32_t shared_fixed = 0;     ///< bulk: dynamic shared bytes per block for x and nothing else
+  uint32_t shared_per_warp = 0;  ///< bulk: dynamic shared bytes per warp (ring and barriers)
   int64_t columns_per_block() const { return int64_t{warps} * columns_per_warp; }
 };
-DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, int64_t out_features);
+DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, int64_t out_features, int target_sm);
 
 /// The spec of one det_linear kernel (row tile 8); `op` is DetLinear or one of its backward kernels.
 KernelSpec det_linear_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu,

@@ -11,6 +11,13 @@
 
 namespace exactjit {
 
+/// What a planner may need to know of the device a launch goes to (det_linear's kernel choice and
+/// persistent grid): the architecture the runtime compiles for and the SM count; zero when unknown.
+struct DeviceTraits {
+  int sm = 0;
+  int multiprocessors = 0;
+};
+
 struct LaunchPlan {
   static constexpr int kMaxParams = 20;  // plus the error record the runtime appends
 
@@ -19,6 +26,7 @@ struct LaunchPlan {
   uint32_t grid = 0;     ///< blocks (x); zero means there is nothing to launch
   uint32_t grid_y = 1;   ///< blocks (y)
   uint32_t threads = 0;  ///< threads per block
+  uint32_t shared_bytes = 0;  ///< dynamic shared memory per block
   uint64_t params[kMaxParams + 1] = {};  ///< pointers and 64-bit integers, in kernel order
   int param_count = 0;
 

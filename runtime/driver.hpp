@@ -14,7 +14,8 @@ namespace exactjit {
   X(cuDeviceGetCount) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)   \
   X(cuDevicePrimaryCtxRelease)                                                                \
   X(cuCtxGetCurrent) X(cuCtxSetCurrent)                                                        \
-  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)              \
+  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute)          \
+  X(cuLaunchKernel)                                                                            \
   X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8)                   \
   X(cuStreamSynchronize)                                                                       \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) \

@@ -39,7 +39,7 @@ struct Fp32Counts {
   size_t fma = 0, two_sums = 0, combines = 0, weight_loads = 0, x_loads = 0;
 };
 Fp32Counts fp32_forward_counts(int64_t in_features, int64_t out_features) {
-  const DetLinearGeometry g = det_linear_geometry(DType::F32, in_features, out_features);
+  const DetLinearGeometry g = det_linear_geometry(DType::F32, in_features, out_features, 90);
   const int64_t full_groups = in_features / 4 / 64;
   EXPECT_EQ(in_features % 256, 0) << "the counts below assume no partial group";
   const int64_t copies = g.depth + full_groups % g.depth;
@@ -88,13 +88,15 @@ TEST(DetLinearPtx, Fp32IsTheWrittenCompensatedFmaChainsAndNoTf32) {
 }
 
 TEST(DetLinearPtx, Bf16UsesTheBf16MmaOn16ByteLoadsAndFusesNothing) {
-  // The AdaLN projection (8-warp blocks, 4 chunks deep) and the final one (4 warps, 12 deep).
+  // Through registers (sm_80 to sm_89): the AdaLN projection (8-warp blocks, 4 chunks deep) and
+  // the final one (4 warps, 12 deep).
   for (int64_t N : {18 * kDefaultHidden, 2 * kDefaultHidden}) {
-    const DetLinearGeometry g = det_linear_geometry(DType::BF16, 2688, N);
+    const DetLinearGeometry g = det_linear_geometry(DType::BF16, 2688, N, 80);
+    ASSERT_FALSE(g.bulk);
     const size_t copies = static_cast<size_t>(g.depth + 2688 / 32 % g.depth);  // chunk bodies
     for (bool silu : {false, true}) {
       KernelSpec spec = det_linear_spec(DType::BF16, 2688, N, silu);
-      spec.target = Target{90, false};
+      spec.target = Target{80, false};
       const std::string ptx = ptx_of(spec);
       EXPECT_EQ(count(ptx, "mma\\.sync\\.aligned\\.m16n8k16\\.row\\.col\\.f32\\.bf16\\.bf16\\.f32"), 2 * copies) << N;
       EXPECT_EQ(count(ptx, "\\bmma\\."), 2 * copies);
@@ -102,6 +104,36 @@ TEST(DetLinearPtx, Bf16UsesTheBf16MmaOn16ByteLoadsAndFusesNothing) {
       EXPECT_EQ(count(ptx, "ld\\.global\\.nc\\.L1::no_allocate\\.v4\\.u32"), 2 * 2 * static_cast<size_t>(g.depth)) << N;
       EXPECT_EQ(count(ptx, "ld\\.global(\\.nc)?(\\.L1::no_allocate)?(\\.v2)?\\.[ub]32\\s"), 0u) << "narrow weight loads";
       EXPECT_EQ(count(ptx, "ld\\.shared\\.v4\\.u32"), copies) << "one 16-byte x load per chunk";
+      EXPECT_EQ(count(ptx, "bar\\.sync"), 1u) << "x staged once";
+      EXPECT_EQ(count(ptx, "cp\\.async"), 0u);
+      EXPECT_EQ(count(ptx, "tf32"), 0u);
+      EXPECT_EQ(count(ptx, "\\.approx"), count(ptx, "ex2\\.approx\\.ftz\\.f32"));
+      if (!silu) {
+        EXPECT_EQ(count(ptx, "fma\\.rn\\.f32|\\.approx|\\.ftz"), 0u);
+      }
+    }
+  }
+}
+
+TEST(DetLinearPtx, Bf16OnSm90StreamsTheWeightsByBulkCopies) {
+  for (int64_t N : {18 * kDefaultHidden, 2 * kDefaultHidden}) {
+    const DetLinearGeometry g = det_linear_geometry(DType::BF16, 2688, N, 90);
+    ASSERT_TRUE(g.bulk);
+    const size_t chunks = static_cast<size_t>(g.stage_chunks);  // one slot's chunk bodies
+    for (bool silu : {false, true}) {
+      KernelSpec spec = det_linear_spec(DType::BF16, 2688, N, silu);
+      spec.target = Target{90, false};
+      const std::string ptx = ptx_of(spec);
+      EXPECT_EQ(count(ptx, "mma\\.sync\\.aligned\\.m16n8k16\\.row\\.col\\.f32\\.bf16\\.bf16\\.f32"), 2 * chunks) << N;
+      EXPECT_EQ(count(ptx, "\\bmma\\."), 2 * chunks);
+      // One bulk copy per lane 0..15 and stage, for the first slots and for the refills, each
+      // announced on its slot's barrier; no weight reaches a register from global memory.
+      EXPECT_EQ(count(ptx, "cp\\.async\\.bulk\\.shared::cluster\\.global\\.mbarrier::complete_tx::bytes"), 2u);
+      EXPECT_EQ(count(ptx, "mbarrier\\.arrive\\.expect_tx"), 2u);
+      EXPECT_EQ(count(ptx, "mbarrier\\.try_wait\\.parity"), 1u);
+      EXPECT_EQ(count(ptx, "ld\\.global[.a-z0-9:]*\\.[ub](16|32)\\s|ld\\.global[.a-z0-9:]*\\.v[24]\\.[ub]32"),
+                count(ptx, "ld\\.global\\.nc\\.u16")) << "only the bias is read as integers";
+      EXPECT_EQ(count(ptx, "ld\\.shared\\.v4\\.u32"), 3 * chunks) << "W[g], W[g + 8] and x: 16 bytes each per chunk";
       EXPECT_EQ(count(ptx, "bar\\.sync"), 1u) << "x staged once";
       EXPECT_EQ(count(ptx, "tf32"), 0u);
       EXPECT_EQ(count(ptx, "\\.approx"), count(ptx, "ex2\\.approx\\.ftz\\.f32"));
@@ -130,14 +162,29 @@ struct LinearCall {
 
 TEST(DetLinearValidation, PlansTheAdalnProjection) {
   LinearCall call;
-  auto plan = call.plan();
+  auto plan = call.plan();  // the device unknown: streaming through registers
   ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
   EXPECT_EQ(plan->spec.op, Op::DetLinear);
   EXPECT_EQ(plan->grid, static_cast<uint32_t>(18 * 5376 / 128));  // 8 warps x 16 features
   EXPECT_EQ(plan->grid_y, 1u);
   EXPECT_EQ(plan->threads, 256u);
+  EXPECT_EQ(plan->shared_bytes, 0u);
   EXPECT_EQ(plan->spec.describe().rfind("det_linear dtype=bf16 in_features=2688 out_features=96768 activation=silu", 0),
             0u);
+  // An H200: one persistent block of 8 warps per SM, x (8 rows of 340 16-byte vectors) and 8 rings
+  // of 3 slots of 16 x 448 bytes with their barriers in dynamic shared memory.
+  auto h200 = plan_det_linear({call.x.t, call.weight.t, &call.bias.t, call.out.t, nullptr, true}, DeviceTraits{90, 132});
+  ASSERT_TRUE(static_cast<bool>(h200)) << llvm::toString(h200.takeError());
+  EXPECT_EQ(h200->grid, 132u);
+  EXPECT_EQ(h200->threads, 256u);
+  EXPECT_EQ(h200->shared_bytes, 8u * 340 * 16 + 8 * 3 * (16 * 448 + 8));
+  EXPECT_LE(h200->shared_bytes, 232448u);
+  EXPECT_EQ(h200->spec, plan->spec) << "the target picks the kernel, the spec is the same";
+  KernelSpec spec = h200->spec;
+  spec.target = Target{90, false};
+  EXPECT_NE(codegen::render(spec).text.find("---- templates/det_linear_bf16_bulk.cuh ----"), std::string::npos);
+  spec.target = Target{80, false};
+  EXPECT_EQ(codegen::render(spec).text.find("---- templates/det_linear_bf16_bulk.cuh ----"), std::string::npos);
 }
 
 // Grids and blocks follow det_linear_geometry, which the renderer bakes into the kernels.
@@ -149,6 +196,18 @@ TEST(DetLinearValidation, PlansTheOtherCatalogShapes) {
     ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
     EXPECT_EQ(plan->grid, static_cast<uint32_t>(2 * 5376 / 64));
     EXPECT_EQ(plan->threads, 128u);
+    // On an H200 its 672 tasks take one warp each: 6-warp blocks on 112 SMs.
+    auto h200 = plan_det_linear({call.x.t, call.weight.t, &call.bias.t, call.out.t, nullptr, true}, DeviceTraits{90, 132});
+    ASSERT_TRUE(static_cast<bool>(h200)) << llvm::toString(h200.takeError());
+    EXPECT_EQ(h200->grid, 112u);
+    EXPECT_EQ(h200->threads, 192u);
+    EXPECT_EQ(h200->shared_bytes, 8u * 340 * 16 + 6 * 3 * (16 * 448 + 8));
+  }
+  {
+    // x too long to leave room for a ring next to it: through registers on sm_90 too.
+    const DetLinearGeometry g = det_linear_geometry(DType::BF16, 16384, 4096, 90);
+    EXPECT_FALSE(g.bulk);
+    EXPECT_TRUE(det_linear_geometry(DType::BF16, 8192, 4096, 90).bulk);
   }
   for (auto [K, N] : {std::pair<int64_t, int64_t>{256, 5376}, {5376, 2688}}) {  // the timestep MLP
     FakeTensor x{1 * GiB, {3, K}, kF32}, w{2 * GiB, {N, K}, kF32}, b{3 * GiB, {N}, kF32}, out{4 * GiB, {3, N}, kF32};

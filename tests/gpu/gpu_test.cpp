@@ -4,6 +4,7 @@
 // CUDA driver or GPU is present.
 #include "api/selftest.hpp"
 #include "api/selftest_support.hpp"
+#include "kernels/det_linear.hpp"
 #include "kernels/host_model.hpp"
 #include "templates/numerics.cuh"
 #include "runtime/driver.hpp"
@@ -412,18 +413,18 @@ TEST_F(Gpu, DetLinearBackwardMatchesTheModel) {
 // det_linear backward with bf16 weights (the final AdaLN projection's shape, 2688 -> 2H): every
 // output equals the host model bit for bit without SiLU, for an fp32 and a bf16 upstream
 // gradient; with SiLU (host expf vs libdevice's) d_input within 64 units of d_x times SiLU's
-// derivative scale; all repeat.
+// derivative scale; all repeat. T = 1, 3 and 8 run the kernels compiled for row tiles 1, 4 and 8.
 TEST_F(Gpu, DetLinearBf16BackwardMatchesTheModel) {
   using namespace selftest;
-  constexpr int64_t T = 3, K = 2688, N = 2 * 5376;
+  constexpr int64_t kMaxT = 8, K = 2688, N = 2 * 5376;
   Generator gen{22};
-  const std::vector<uint8_t> g32 = random_storage(gen, DType::F32, T * N, false);
-  std::vector<uint8_t> g16(static_cast<size_t>(T * N) * 2);
+  const std::vector<uint8_t> g32 = random_storage(gen, DType::F32, kMaxT * N, false);
+  std::vector<uint8_t> g16(static_cast<size_t>(kMaxT * N) * 2);
   const float* g32f = reinterpret_cast<const float*>(g32.data());
-  for (int64_t i = 0; i < T * N; ++i) reinterpret_cast<xj::bf16*>(g16.data())[i] = xj::round_to<xj::bf16>(g32f[i]);
-  const std::vector<uint8_t> temb = random_storage(gen, DType::F32, T * K, false);
+  for (int64_t i = 0; i < kMaxT * N; ++i) reinterpret_cast<xj::bf16*>(g16.data())[i] = xj::round_to<xj::bf16>(g32f[i]);
+  const std::vector<uint8_t> temb = random_storage(gen, DType::F32, kMaxT * K, false);
   const std::vector<uint8_t> w = random_storage(gen, DType::BF16, N * K, false);
-  const int64_t ws_bytes = det_linear_backward_workspace_bytes(T, K, N);
+  const int64_t ws_bytes = det_linear_backward_workspace_bytes(kMaxT, K, N);
   auto arena = DeviceArena::open(0);
   ASSERT_TRUE(static_cast<bool>(arena)) << llvm::toString(arena.takeError());
   DeviceBuffer* d_g32 = arena->upload(g32, g32.size());
@@ -435,65 +436,68 @@ TEST_F(Gpu, DetLinearBf16BackwardMatchesTheModel) {
   DeviceBuffer* d_db = arena->upload({}, static_cast<size_t>(N) * 2);
   DeviceBuffer* d_ws = arena->upload({}, static_cast<size_t>(ws_bytes));
   ASSERT_FALSE(static_cast<bool>(arena->take_error()));
-  int64_t g_shape[2] = {T, N}, x_shape[2] = {T, K}, w_shape[2] = {N, K}, b_shape[1] = {N}, ws_shape[1] = {ws_bytes};
   const DLDataType f32 = dl_dtype(DType::F32), b16 = dl_dtype(DType::BF16);
-  const DLTensor t_g32 = device_tensor(*d_g32, 0, 0, 2, g_shape, nullptr, f32);
-  const DLTensor t_g16 = device_tensor(*d_g16, 0, 0, 2, g_shape, nullptr, b16);
-  const DLTensor t_temb = device_tensor(*d_temb, 0, 0, 2, x_shape, nullptr, f32);
+  int64_t w_shape[2] = {N, K}, b_shape[1] = {N}, ws_shape[1] = {ws_bytes};
   const DLTensor t_w = device_tensor(*d_w, 0, 0, 2, w_shape, nullptr, b16);
-  const DLTensor t_in = device_tensor(*d_in, 0, 0, 2, x_shape, nullptr, f32);
   const DLTensor t_dw = device_tensor(*d_dw, 0, 0, 2, w_shape, nullptr, b16);
   const DLTensor t_db = device_tensor(*d_db, 0, 0, 1, b_shape, nullptr, b16);
   const DLTensor t_ws = device_tensor(*d_ws, 0, 0, 1, ws_shape, nullptr, DLDataType{kDLUInt, 8, 1});
-  for (bool bf16_grad : {false, true}) {
-    // The model takes the gradient as fp32 values: a bf16 one widened exactly.
-    std::vector<float> grad(static_cast<size_t>(T * N));
-    for (int64_t i = 0; i < T * N; ++i)
-      grad[i] = bf16_grad ? xj::to_float(reinterpret_cast<const xj::bf16*>(g16.data())[i]) : g32f[i];
-    std::vector<float> d_x;  // d_input without SiLU: the sum the SiLU derivative then scales
-    for (bool silu : {false, true}) {
-      SCOPED_TRACE(std::string(bf16_grad ? "bf16" : "fp32") + " grad, silu " + (silu ? "on" : "off"));
-      std::vector<float> d_input[2];
-      std::vector<uint16_t> d_weight[2], d_bias[2];
-      for (int run = 0; run < 2; ++run) {
-        const Status status = runtime().det_linear_backward(bf16_grad ? t_g16 : t_g32, nullptr, t_temb, t_w, &t_in, &t_dw,
-                                                            &t_db, &t_ws, silu, nullptr);
-        ASSERT_TRUE(status.ok()) << status.message();
-        ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
-        d_input[run].resize(T * K);
-        d_weight[run].resize(N * K);
-        d_bias[run].resize(N);
-        ASSERT_FALSE(static_cast<bool>(d_in->download(d_input[run].data(), temb.size())));
-        ASSERT_FALSE(static_cast<bool>(d_dw->download(d_weight[run].data(), w.size())));
-        ASSERT_FALSE(static_cast<bool>(d_db->download(d_bias[run].data(), N * 2)));
+  for (int64_t T : {1, 3, 8}) {  // the leading T rows of the buffers
+    int64_t g_shape[2] = {T, N}, x_shape[2] = {T, K};
+    const DLTensor t_g32 = device_tensor(*d_g32, 0, 0, 2, g_shape, nullptr, f32);
+    const DLTensor t_g16 = device_tensor(*d_g16, 0, 0, 2, g_shape, nullptr, b16);
+    const DLTensor t_temb = device_tensor(*d_temb, 0, 0, 2, x_shape, nullptr, f32);
+    const DLTensor t_in = device_tensor(*d_in, 0, 0, 2, x_shape, nullptr, f32);
+    for (bool bf16_grad : {false, true}) {
+      // The model takes the gradient as fp32 values: a bf16 one widened exactly.
+      std::vector<float> grad(static_cast<size_t>(T * N));
+      for (int64_t i = 0; i < T * N; ++i)
+        grad[i] = bf16_grad ? xj::to_float(reinterpret_cast<const xj::bf16*>(g16.data())[i]) : g32f[i];
+      std::vector<float> d_x;  // d_input without SiLU: the sum the SiLU derivative then scales
+      for (bool silu : {false, true}) {
+        SCOPED_TRACE(fmt::format("T = {}, {} grad, silu {}", T, bf16_grad ? "bf16" : "fp32", silu ? "on" : "off"));
+        std::vector<float> d_input[2];
+        std::vector<uint16_t> d_weight[2], d_bias[2];
+        for (int run = 0; run < 2; ++run) {
+          const Status status = runtime().det_linear_backward(bf16_grad ? t_g16 : t_g32, nullptr, t_temb, t_w, &t_in,
+                                                              &t_dw, &t_db, &t_ws, silu, nullptr);
+          ASSERT_TRUE(status.ok()) << status.message();
+          ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
+          d_input[run].resize(T * K);
+          d_weight[run].resize(N * K);
+          d_bias[run].resize(N);
+          ASSERT_FALSE(static_cast<bool>(d_in->download(d_input[run].data(), static_cast<size_t>(T * K) * 4)));
+          ASSERT_FALSE(static_cast<bool>(d_dw->download(d_weight[run].data(), w.size())));
+          ASSERT_FALSE(static_cast<bool>(d_db->download(d_bias[run].data(), N * 2)));
+        }
+        EXPECT_EQ(d_input[0], d_input[1]) << "d_input repeats";
+        EXPECT_EQ(d_weight[0], d_weight[1]) << "d_weight repeats";
+        EXPECT_EQ(d_bias[0], d_bias[1]) << "d_bias repeats";
+        std::vector<float> model_in(T * K);
+        std::vector<uint16_t> model_w(N * K), model_b(N);
+        det_linear_bf16_backward_model(grad.data(), reinterpret_cast<const float*>(temb.data()),
+                                       reinterpret_cast<const uint16_t*>(w.data()), T, K, N, silu, model_in.data(),
+                                       model_w.data(), model_b.data());
+        if (!silu) {
+          EXPECT_EQ(d_input[0], model_in) << "d_input vs the host model";
+          EXPECT_EQ(d_weight[0], model_w) << "d_weight vs the host model";
+          EXPECT_EQ(d_bias[0], model_b) << "d_bias vs the host model";
+          d_x = model_in;
+          continue;
+        }
+        // |d_x| * sigmoid(v) * (1 + |v|) bounds the derivative's scale (1 + v(1 - s) can cancel).
+        const float* v = reinterpret_cast<const float*>(temb.data());
+        size_t outside = 0, first = 0;
+        for (size_t i = 0; i < model_in.size(); ++i) {
+          const double scale = std::fabs(static_cast<double>(d_x[i])) / (1 + std::exp(-static_cast<double>(v[i]))) *
+                               (1 + std::fabs(static_cast<double>(v[i])));
+          if (!(std::fabs(static_cast<double>(d_input[0][i]) - model_in[i]) <= 64 * 0x1p-24 * scale + 1e-30) &&
+              outside++ == 0)
+            first = i;
+        }
+        EXPECT_EQ(outside, 0u) << "d_input: first at " << first << ": got " << d_input[0][first] << ", model "
+                               << model_in[first];
       }
-      EXPECT_EQ(d_input[0], d_input[1]) << "d_input repeats";
-      EXPECT_EQ(d_weight[0], d_weight[1]) << "d_weight repeats";
-      EXPECT_EQ(d_bias[0], d_bias[1]) << "d_bias repeats";
-      std::vector<float> model_in(T * K);
-      std::vector<uint16_t> model_w(N * K), model_b(N);
-      det_linear_bf16_backward_model(grad.data(), reinterpret_cast<const float*>(temb.data()),
-                                     reinterpret_cast<const uint16_t*>(w.data()), T, K, N, silu, model_in.data(),
-                                     model_w.data(), model_b.data());
-      if (!silu) {
-        EXPECT_EQ(d_input[0], model_in) << "d_input vs the host model";
-        EXPECT_EQ(d_weight[0], model_w) << "d_weight vs the host model";
-        EXPECT_EQ(d_bias[0], model_b) << "d_bias vs the host model";
-        d_x = model_in;
-        continue;
-      }
-      // |d_x| * sigmoid(v) * (1 + |v|) bounds the derivative's scale (1 + v(1 - s) can cancel).
-      const float* v = reinterpret_cast<const float*>(temb.data());
-      size_t outside = 0, first = 0;
-      for (size_t i = 0; i < model_in.size(); ++i) {
-        const double scale = std::fabs(static_cast<double>(d_x[i])) / (1 + std::exp(-static_cast<double>(v[i]))) *
-                             (1 + std::fabs(static_cast<double>(v[i])));
-        if (!(std::fabs(static_cast<double>(d_input[0][i]) - model_in[i]) <= 64 * 0x1p-24 * scale + 1e-30) &&
-            outside++ == 0)
-          first = i;
-      }
-      EXPECT_EQ(outside, 0u) << "d_input: first at " << first << ": got " << d_input[0][first] << ", model "
-                             << model_in[first];
     }
   }
 }
@@ -507,6 +511,60 @@ TEST_F(Gpu, SelftestPasses) {
 TEST_F(Gpu, MissingDeviceIsAnError) {
   const Status status = runtime().synchronize(63, nullptr);
   EXPECT_EQ(status.code(), static_cast<int>(ErrorCode::InvalidArgument)) << status.message();
+}
+
+// The bf16 forward has two kernels with one order of operations: on this sm_90 GPU the weights
+// stream by bulk copies through shared memory (persistent blocks, det_linear_bf16_bulk.cuh); a
+// runtime that compiles PTX for compute_80 runs the register-streaming kernel
+// (det_linear_bf16.cuh) on the same GPU. Every output and pre-activation must be the same bits,
+// for T = 1..8 and 11 rows (two row tiles), with and without SiLU, for the two AdaLN projections and
+// a K with a 16-wide last chunk.
+TEST_F(Gpu, DetLinearBf16BulkAndRegisterKernelsGiveTheSameBits) {
+  using namespace selftest;
+  RuntimeOptions options = RuntimeOptions::from_environment();
+  options.arch = "compute_80";
+  Runtime registers(options);
+  struct Case {
+    int64_t K, N;
+  };
+  for (const Case& c : {Case{2688, 18 * 5376}, Case{2688, 2 * 5376}, Case{4112, 2000}}) {
+    const int64_t K = c.K, N = c.N, T = 11;
+    ASSERT_TRUE(det_linear_geometry(DType::BF16, K, N, 90).bulk);
+    Generator gen{static_cast<uint64_t>(7 + K + N)};
+    std::vector<uint8_t> x = random_storage(gen, DType::F32, T * K, false);
+    std::vector<uint8_t> w = random_storage(gen, DType::BF16, N * K, false);
+    std::vector<uint8_t> b = random_storage(gen, DType::BF16, N, false);
+    auto arena = DeviceArena::open(0);
+    ASSERT_TRUE(static_cast<bool>(arena)) << llvm::toString(arena.takeError());
+    DeviceBuffer* d_x = arena->upload(x, x.size());
+    DeviceBuffer* d_w = arena->upload(w, w.size());
+    DeviceBuffer* d_b = arena->upload(b, b.size());
+    DeviceBuffer* d_out = arena->upload({}, static_cast<size_t>(T * N) * 2);
+    DeviceBuffer* d_pre = arena->upload({}, static_cast<size_t>(T * N) * 4);
+    ASSERT_FALSE(static_cast<bool>(arena->take_error()));
+    int64_t w_shape[2] = {N, K}, b_shape[1] = {N};
+    const DLTensor t_w = device_tensor(*d_w, 0, 0, 2, w_shape, nullptr, dl_dtype(DType::BF16));
+    const DLTensor t_b = device_tensor(*d_b, 0, 0, 1, b_shape, nullptr, dl_dtype(DType::BF16));
+    auto run = [&](Runtime& rt, int64_t rows, bool silu, std::vector<uint8_t>& out) {
+      int64_t x_shape[2] = {rows, K}, out_shape[2] = {rows, N};
+      const DLTensor t_x = device_tensor(*d_x, 0, 0, 2, x_shape, nullptr, dl_dtype(DType::F32));
+      const DLTensor t_out = device_tensor(*d_out, 0, 0, 2, out_shape, nullptr, dl_dtype(DType::BF16));
+      const DLTensor t_pre = device_tensor(*d_pre, 0, 0, 2, out_shape, nullptr, dl_dtype(DType::F32));
+      const Status status = rt.det_linear(t_x, t_w, &t_b, t_out, &t_pre, silu, nullptr);
+      ASSERT_TRUE(status.ok()) << status.message();
+      ASSERT_TRUE(rt.synchronize(0, nullptr).ok());
+      out.resize(static_cast<size_t>(rows * N) * 6);
+      ASSERT_FALSE(static_cast<bool>(d_out->download(out.data(), static_cast<size_t>(rows * N) * 2)));
+      ASSERT_FALSE(static_cast<bool>(d_pre->download(out.data() + rows * N * 2, static_cast<size_t>(rows * N) * 4)));
+    };
+    for (bool silu : {false, true})
+      for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 11}) {
+        std::vector<uint8_t> bulk, reg;
+        run(runtime(), rows, silu, bulk);
+        run(registers, rows, silu, reg);
+        EXPECT_TRUE(bulk == reg) << "K=" << K << " N=" << N << " T=" << rows << " silu=" << silu;
+      }
+  }
 }
 
 }  // namespace

@@ -215,6 +215,9 @@ def projection_group(suite, xj, gen, rows_list, hidden, silu_modes):
 
 # ---- the whole chain ----
 
+CHAIN_DRAWS = 16  # timestep draws pooled for the chain's d_t
+
+
 def chain_group(suite, xj, gen, hidden, rows_list):
     from check_support import diffusers_timestep_embedding as sinusoid_eager  # noqa: E402
     params = mlp_params(gen, None)
@@ -223,39 +226,52 @@ def chain_group(suite, xj, gen, hidden, rows_list):
     b = (torch.randn(n, generator=gen, device="cuda") * 0.1).to(torch.bfloat16)
     seq = 37
     for T in rows_list:
-        t = torch.rand(T, generator=gen, device="cuda")
-        ti = torch.randint(0, T, (seq,), generator=gen, device="cuda")
-        tag = torch.randint(0, 3, (seq,), generator=gen, device="cuda")
-        up = torch.randn(6, seq, hidden, generator=gen, device="cuda").to(torch.bfloat16)
+        d_t = ([], [], [])  # ours, eager, fp64 over the draws
+        for draw in range(CHAIN_DRAWS):
+            t = torch.rand(T, generator=gen, device="cuda")
+            ti = torch.randint(0, T, (seq,), generator=gen, device="cuda")
+            tag = torch.randint(0, 3, (seq,), generator=gen, device="cuda")
+            up = torch.randn(6, seq, hidden, generator=gen, device="cuda").to(torch.bfloat16)
 
-        def run_ours():
-            ins = [leaf(t)] + [leaf(p) for p in params] + [leaf(w), leaf(b)]
-            temb = xj.timestep_mlp(xj.timestep_sinusoid(ins[0]), *ins[1:5])
-            table = xj.adaln_projection(temb, ins[5], ins[6])
-            chunks = torch.stack(list(xj.adaln_row_gather(table.view(3 * T, 6 * hidden), ti, tag)))
-            return (chunks.detach(),) + grads_of(chunks, up, ins)
+            def run_ours():
+                ins = [leaf(t)] + [leaf(p) for p in params] + [leaf(w), leaf(b)]
+                temb = xj.timestep_mlp(xj.timestep_sinusoid(ins[0]), *ins[1:5])
+                table = xj.adaln_projection(temb, ins[5], ins[6])
+                chunks = torch.stack(list(xj.adaln_row_gather(table.view(3 * T, 6 * hidden), ti, tag)))
+                return (chunks.detach(),) + grads_of(chunks, up, ins)
 
-        def run_ref(dtype):
-            ins = [leaf(t.to(dtype))] + [leaf(p.to(dtype)) for p in params] + [leaf(w.to(dtype) if dtype == torch.float64 else w),
-                                                                                 leaf(b.to(dtype) if dtype == torch.float64 else b)]
-            temb = mlp_eager(sinusoid_eager(ins[0], C, True, 0, 1.0, 10000, dtype=dtype), *ins[1:5])
-            table = (proj_ref(temb, ins[5], ins[6], True) if dtype == torch.float64
-                     else proj_eager(temb, ins[5], ins[6], True))
-            rows = table.view(3 * T, 6 * hidden)[ti * 3 + tag]
-            chunks = torch.stack(rows.view(seq, 6, hidden).unbind(1))
-            return (chunks.detach(),) + grads_of(chunks, up.to(chunks.dtype), ins)
+            def run_ref(dtype):
+                ins = [leaf(t.to(dtype))] + [leaf(p.to(dtype)) for p in params] + [
+                    leaf(w.to(dtype) if dtype == torch.float64 else w), leaf(b.to(dtype) if dtype == torch.float64 else b)]
+                temb = mlp_eager(sinusoid_eager(ins[0], C, True, 0, 1.0, 10000, dtype=dtype), *ins[1:5])
+                table = (proj_ref(temb, ins[5], ins[6], True) if dtype == torch.float64
+                         else proj_eager(temb, ins[5], ins[6], True))
+                rows = table.view(3 * T, 6 * hidden)[ti * 3 + tag]
+                chunks = torch.stack(rows.view(seq, 6, hidden).unbind(1))
+                return (chunks.detach(),) + grads_of(chunks, up.to(chunks.dtype), ins)
 
-        ours = run_ours()
-        again = run_ours()
-        eager = run_ref(torch.float32)
-        ref = run_ref(torch.float64)
-        names = ("chunks", "d_t", "d_w1", "d_b1", "d_w2", "d_b2", "d_proj_w", "d_proj_b")
-        dtypes = (torch.bfloat16, torch.float32, torch.float32, torch.float32, torch.float32, torch.float32,
-                  torch.bfloat16, torch.bfloat16)
-        for name, o, e, r, dt in zip(names, ours, eager, ref, dtypes):
-            suite.accuracy(f"chain T={T} {name}", o, e, r, dt)
-        for name, a, c in zip(names, ours, again):
-            suite.bitwise(f"chain T={T} {name} repeat", a, c)
+            ours = run_ours()
+            eager = run_ref(torch.float32)
+            ref = run_ref(torch.float64)
+            for acc, g in zip(d_t, (ours[1], eager[1], ref[1])):
+                acc.append(g)
+            if draw > 0:
+                continue
+            again = run_ours()
+            names = ("chunks", "d_t", "d_w1", "d_b1", "d_w2", "d_b2", "d_proj_w", "d_proj_b")
+            dtypes = (torch.bfloat16, torch.float32, torch.float32, torch.float32, torch.float32, torch.float32,
+                      torch.bfloat16, torch.bfloat16)
+            for name, o, e, r, dt in zip(names, ours, eager, ref, dtypes):
+                if name != "d_t":
+                    suite.accuracy(f"chain T={T} {name}", o, e, r, dt)
+            for name, a, c in zip(names, ours, again):
+                suite.bitwise(f"chain T={T} {name} repeat", a, c)
+            del ours, eager, ref, again
+        # d_t has T values per draw: its error against fp64 is one shared rounding (the table
+        # gradient arrives in bf16 on both sides) plus noise, so one draw's rel-L2 over 1 to 8
+        # numbers says little; the comparison pools CHAIN_DRAWS draws.
+        suite.accuracy(f"chain T={T} d_t ({CHAIN_DRAWS} draws, {CHAIN_DRAWS * T} values)",
+                       *(torch.cat(v) for v in d_t), torch.float32)
 
         # The fp32 table gradient straight into the projection backward (no bf16 rounding between).
         temb = xj.timestep_mlp(xj.timestep_sinusoid(t), *params)

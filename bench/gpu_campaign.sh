@@ -61,7 +61,7 @@ fi
 # bench_host needs libexactjit.so and libbenchmark.so.1debian carried next to it.
 [ -x .carry/bench_host ] && step bench-host bench_host.log env LD_LIBRARY_PATH="$PWD/.carry" ./.carry/bench_host \
   --benchmark_filter=Dispatch \
-  --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+  --benchmark_repetitions=20 --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true
 cat "$OUT"/bench/*.md 2>/dev/null
 [ -d "$OUT/bench" ] && mv "$OUT/bench" "$LOGS/bench"
 tar -C "$OUT" -czf "$OUT/logs.tgz" logs && rm -rf "$LOGS"  # at most 8 files come back

@@ -17,6 +17,11 @@ struct KernelCache::Slot {
 };
 
 std::string prewarm_command(const KernelSpec& spec) {
+  if (spec.op == Op::DetLinear)  // the forward is sized by its own flags (cli/spec_flags.cpp)
+    return fmt::format("exactjit prewarm --op det_linear --dtype {} --in-features {} --out-features {} --activation {} "
+                       "--arch {}",
+                       dtype_name(spec.dtype), spec.hidden, spec.out_features, spec.silu ? "silu" : "none",
+                       spec.target.name());
   // The det_linear backward families take out_features as the table stride (kernels/catalog.cpp).
   const bool det_linear_backward =
       spec.op == Op::DetLinearInputGrad || spec.op == Op::DetLinearWeightGrad || spec.op == Op::DetLinearInputFold;

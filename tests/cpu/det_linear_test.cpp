@@ -3,6 +3,7 @@
 // the planner's rules, and the fp32 host model against a long-double dot product.
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
+#include "runtime/kernel_cache.hpp"
 #include "kernels/det_linear.hpp"
 #include "kernels/det_linear_backward.hpp"
 #include "kernels/host_model.hpp"
@@ -142,6 +143,14 @@ TEST(DetLinearPtx, Bf16OnSm90StreamsTheWeightsByBulkCopies) {
       }
     }
   }
+}
+
+// An offline miss names the command that builds the kernel: the forward's own size flags.
+TEST(DetLinearSpec, PrewarmCommandNamesTheShape) {
+  KernelSpec spec = det_linear_spec(DType::BF16, 1152, 6 * 1152, false);
+  spec.target = Target{90, false};
+  EXPECT_EQ(prewarm_command(spec), "exactjit prewarm --op det_linear --dtype bf16 --in-features 1152 --out-features 6912 "
+                                   "--activation none --arch sm_90");
 }
 
 TEST(DetLinearSpec, Bf16NeedsSm80) {

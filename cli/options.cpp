@@ -14,7 +14,7 @@ cl::SubCommand selftest_command("selftest", "Run every catalog op on the GPU aga
 cl::SubCommand bench_command("bench", "Benchmark every op against eager and torch.compile on this GPU: reports and plots");
 
 #define XJ_SPEC_SUBS cl::sub(prewarm_command), cl::sub(inspect_command)
-cl::opt<std::string> op_flag("op", cl::desc("Op: gate_residual | adaln_row_gather | rms_norm | timestep_sinusoid"), cl::value_desc("name"), XJ_SPEC_SUBS,
+cl::opt<std::string> op_flag("op", cl::desc("Op: gate_residual | adaln_row_gather | rms_norm | timestep_sinusoid | det_linear, or one of their backward kernels (gate_residual_backward, det_linear_input_grad, ...)"), cl::value_desc("name"), XJ_SPEC_SUBS,
                              cl::cat(category));
 cl::opt<long long> hidden_flag("hidden", cl::desc("Hidden size H (default 5376)"), cl::value_desc("H"),
                                cl::init(0), XJ_SPEC_SUBS, cl::cat(category));

@@ -63,6 +63,29 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
     }
     return specs;
   }
+  if (*op == Op::DetLinearInputGrad || *op == Op::DetLinearWeightGrad || *op == Op::DetLinearInputFold) {
+    // Sized like the forward (--in-features, --out-features; --hidden and --table-stride name the
+    // same K and N), defaults the H3 AdaLN projection; bf16 and fp32 weights (the fold: bf16 only).
+    const int64_t k = request.in_features ? request.in_features : request.hidden ? request.hidden : kTimeEmbedDim;
+    const int64_t n = request.out_features   ? request.out_features
+                      : request.table_stride ? request.table_stride
+                                             : 18 * kDefaultHidden;
+    std::vector<DType> dtypes = {DType::BF16, DType::F32};
+    if (!request.dtype.empty()) {
+      const std::optional<DType> dtype = parse_dtype(request.dtype);
+      if (!dtype || *dtype == DType::F16)
+        return usage(fmt::format("det_linear weights are bf16 or fp32 (got '{}')", request.dtype));
+      dtypes = {*dtype};
+    }
+    std::vector<KernelSpec> specs;
+    for (DType dtype : dtypes)
+      for (const KernelSpec& spec : spec_family(*op, dtype, k, n, target)) {
+        if (auto err = validate_spec(spec)) return err;
+        specs.push_back(spec);
+      }
+    if (specs.empty()) return usage(fmt::format("{} has no {} kernel", request.op, request.dtype));
+    return specs;
+  }
   const int64_t hidden = request.hidden ? request.hidden : kDefaultHidden;
   // rms_norm without a table stride is the plain norm; the table ops default to the block's 6H.
   const int64_t stride = request.table_stride ? request.table_stride : *op == Op::RmsNorm ? 0 : 6 * hidden;

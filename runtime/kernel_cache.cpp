@@ -17,17 +17,17 @@ struct KernelCache::Slot {
 };
 
 std::string prewarm_command(const KernelSpec& spec) {
-  if (spec.op == Op::DetLinear)  // the forward is sized by its own flags (cli/spec_flags.cpp)
+  // The det_linear family is sized by its own flags (cli/spec_flags.cpp).
+  if (spec.op == Op::DetLinear)
     return fmt::format("exactjit prewarm --op det_linear --dtype {} --in-features {} --out-features {} --activation {} "
                        "--arch {}",
                        dtype_name(spec.dtype), spec.hidden, spec.out_features, spec.silu ? "silu" : "none",
                        spec.target.name());
-  // The det_linear backward families take out_features as the table stride (kernels/catalog.cpp).
-  const bool det_linear_backward =
-      spec.op == Op::DetLinearInputGrad || spec.op == Op::DetLinearWeightGrad || spec.op == Op::DetLinearInputFold;
-  return fmt::format("exactjit prewarm --op {} --hidden {} --dtype {} --table-stride {} --arch {}",
-                     op_name(spec.op), spec.hidden, dtype_name(spec.dtype),
-                     det_linear_backward ? spec.out_features : spec.table_stride, spec.target.name());
+  if (spec.op == Op::DetLinearInputGrad || spec.op == Op::DetLinearWeightGrad || spec.op == Op::DetLinearInputFold)
+    return fmt::format("exactjit prewarm --op {} --dtype {} --in-features {} --out-features {} --arch {}",
+                       op_name(spec.op), dtype_name(spec.dtype), spec.hidden, spec.out_features, spec.target.name());
+  return fmt::format("exactjit prewarm --op {} --hidden {} --dtype {} --table-stride {} --arch {}", op_name(spec.op),
+                     spec.hidden, dtype_name(spec.dtype), spec.table_stride, spec.target.name());
 }
 
 KernelCache::KernelCache(CacheConfig config, std::function<void(const std::string&)> report)

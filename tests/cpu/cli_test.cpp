@@ -145,6 +145,26 @@ TEST(Cli, InspectPicksTheDetLinearBackwardRowTile) {
   EXPECT_NE(cli.run({"inspect", "--help"}).out.find("--rows"), std::string::npos);
 }
 
+// The det_linear backward kernels are sized like the forward: --in-features/--out-features, with
+// the H3 AdaLN projection (2688 -> 18 x 5376) as the default.
+TEST(Cli, DetLinearBackwardTakesTheForwardsSizeFlags) {
+  Cli cli;
+  auto spec_line = [&](std::vector<std::string> sizes) {
+    std::vector<std::string> args = {"inspect", "--op", "det_linear_weight_grad", "--dtype", "bf16", "--arch", "sm_90",
+                                     "--emit", "source"};
+    args.insert(args.end(), sizes.begin(), sizes.end());
+    const auto result = cli.run(args);
+    EXPECT_EQ(result.exit_code, 0) << result.err;
+    return result.out.substr(0, result.out.find('\n', result.out.find("// spec:")));
+  };
+  EXPECT_NE(spec_line({"--in-features", "1152", "--out-features", "6912"}).find("in_features=1152 out_features=6912"),
+            std::string::npos);
+  EXPECT_NE(spec_line({}).find("in_features=2688 out_features=96768"), std::string::npos);
+  const auto fp16 = cli.run({"inspect", "--op", "det_linear_input_grad", "--dtype", "fp16", "--emit", "key"});
+  EXPECT_EQ(fp16.exit_code, 2);
+  EXPECT_NE(fp16.err.find("bf16 or fp32"), std::string::npos) << fp16.err;
+}
+
 TEST(Cli, CacheSubcommands) {
   Cli cli;
   ASSERT_EQ(cli.run({"prewarm", "--op", "gate_residual", "--dtype", "fp16", "--arch", "sm_90", "--quiet"}).exit_code, 0);

@@ -303,8 +303,8 @@ TEST(DetLinearBf16BackwardSpec, RowTileNamesTheKernelAndItsCacheKey) {
 TEST(DetLinearBf16BackwardSpec, PrewarmCommandBuildsAMissingRowTile) {
   KernelSpec spec = det_linear_backward_spec(DType::BF16, kK, kBlockN, true, Op::DetLinearWeightGrad, DType::F32, 1);
   spec.target = Target{90, false};
-  EXPECT_EQ(prewarm_command(spec), "exactjit prewarm --op det_linear_weight_grad --hidden 2688 --dtype bf16 "
-                                   "--table-stride 96768 --arch sm_90");
+  EXPECT_EQ(prewarm_command(spec), "exactjit prewarm --op det_linear_weight_grad --dtype bf16 --in-features 2688 "
+                                   "--out-features 96768 --arch sm_90");
   const std::vector<KernelSpec> family = spec_family(spec.op, DType::BF16, kK, kBlockN, spec.target);
   EXPECT_NE(std::find(family.begin(), family.end(), spec), family.end());
 }

@@ -167,6 +167,21 @@ TEST_F(DispatchTest, AnotherContextIsSwitchedToAndBack) {
   }
 }
 
+// The 18H AdaLN projection on the fake sm_90 device runs the bulk-copy kernel with ~211 KB of
+// dynamic shared memory: the kernel is allowed it once, when first loaded, and a cached call is the
+// plain launch (no attribute call per launch).
+TEST_F(DispatchTest, SharedMemoryIsOptedIntoOnceAtFirstLoad) {
+  using test::kF32;
+  FakeTensor x{1 * GiB, {3, 2688}, kF32}, w{2 * GiB, {18 * H, 2688}, kBF16}, b{3 * GiB, {18 * H}, kBF16},
+      out{4 * GiB, {3, 18 * H}, kBF16};
+  Runtime runtime(options());
+  const auto projection = [&] { return runtime.det_linear(x.t, w.t, &b.t, out.t, nullptr, true, nullptr).ok(); };
+  const DriverCalls first = driver_calls_of(projection);
+  EXPECT_EQ(first.count("cuFuncSetAttribute") ? first.at("cuFuncSetAttribute") : 0, 1);
+  EXPECT_EQ(first.at("cuLaunchKernel"), 1);
+  for (int repeat = 0; repeat < 3; ++repeat) EXPECT_EQ(driver_calls_of(projection), kCachedLaunch);
+}
+
 TEST_F(DispatchTest, ADeviceTheDriverDoesNotHaveIsRefused) {
   Runtime runtime(options());
   for (FakeTensor* t : {&call.residual, &call.gate, &call.index, &call.y, &call.out}) t->t.device.device_id = 1;

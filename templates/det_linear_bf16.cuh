@@ -20,20 +20,11 @@ constexpr int kLeftover = kChunks % kDepth;
 
 static_assert(kTiles == 1 || kTileChunks % kDepth == 0, "a tile starts a round of the pipeline");
 
-// Weights are read once: 16-byte loads that do not allocate in L1.
-__device__ __forceinline__ uint4 load_weight(const xj::bf16* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 __device__ __forceinline__ void load_chunk(Chunk& c, const xj::bf16* w_lo, const xj::bf16* w_hi, int j, int quad) {
   const int k = 32 * j + 8 * quad;
   if (chunk_in_range(j, quad)) {
-    c.lo = load_weight(w_lo + k);
-    c.hi = load_weight(w_hi + k);
+    c.lo = xj::load_streamed(w_lo + k);
+    c.hi = xj::load_streamed(w_hi + k);
   } else {
     c.lo = c.hi = make_uint4(0u, 0u, 0u, 0u);
   }

@@ -49,15 +49,6 @@ __device__ __forceinline__ float grad_at(const void* grad, long long at) {
 __device__ __forceinline__ float lo_of(xj::u32 w) { return xj::bits_to_float(w << 16); }
 __device__ __forceinline__ float hi_of(xj::u32 w) { return xj::bits_to_float(w & 0xFFFF0000u); }
 
-// Weights are read once: 16-byte loads that do not allocate in L1.
-__device__ __forceinline__ uint4 load_weight(const xj::bf16* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
 // Stages g[t, n0 + n] for the chunk's rows as fp32 (zeros past count and live_rows).
 __device__ __forceinline__ void stage_grad(float (&d_v)[kChunk][kRows], const void* grad, long long n0, int count,
                                            int live_rows) {
@@ -72,7 +63,7 @@ __device__ __forceinline__ void load_group(uint4 (&w)[kGroup], const xj::bf16* b
 #pragma unroll
   for (int i = 0; i < kGroup; ++i) {
     const int n = kGroup * group + i;
-    w[i] = n < count ? load_weight(base + (long long)n * kK) : make_uint4(0u, 0u, 0u, 0u);
+    w[i] = n < count ? xj::load_streamed(base + (long long)n * kK) : make_uint4(0u, 0u, 0u, 0u);
   }
 }
 

@@ -35,6 +35,15 @@ template <typename T, int N> XJ_DEVICE void load_pack(Pack<T, N, true>& p, const
       : "=r"(p.w[0]), "=r"(p.w[1]), "=r"(p.w[2]), "=r"(p.w[3]) : "l"(src));
 }
 
+// 16 bytes read once (the det_linear weights): no L1 allocation, issued where written.
+XJ_DEVICE uint4 load_streamed(const void* src) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(src));
+  return v;
+}
+
 template <typename T, int N> XJ_DEVICE void store_pack(T* dst, const Pack<T, N, true>& p) {
   asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};"
                :: "l"(dst), "r"(p.w[0]), "r"(p.w[1]), "r"(p.w[2]), "r"(p.w[3]) : "memory");

@@ -69,6 +69,21 @@ def cases(gen, T):
     ]
 
 
+def timed_row(timer, copy_gbs, op, impl, T, nbytes, fn, sets, checks):
+    """A report row: fn timed over sets against the copy bandwidth, then checks(row) adds its
+    flags; an exception is recorded in the row and the benchmark goes on."""
+    row = dict(op=op, impl=impl, T=T, bytes=nbytes, floor_ms=nbytes / (copy_gbs * 1e9) * 1e3)
+    try:
+        ms, host_us, inner = timer.median_ms(fn, sets)
+        add_timing(row, ms, host_us, inner, nbytes, copy_gbs)
+        checks(row)
+    except Exception as e:  # report, keep going
+        row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+    log(f"  T={T} {op:<24} {impl:<15} " + (f"{row['ms']:.4f} ms {row['pct_copy']:5.1f}% copy"
+                                          if "ms" in row else f"ERROR {row['error']}"))
+    return row
+
+
 def bench(timer, xj, copy_gbs, seed, T):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     rows = []
@@ -78,10 +93,7 @@ def bench(timer, xj, copy_gbs, seed, T):
         impls = [("cuBLAS (eager)", eager)] + ([("exactjit", ours_of(xj))] if xj is not None else [])
         case_rows = []
         for impl, fn in impls:
-            row = dict(op=name, impl=impl, T=T, bytes=nbytes, floor_ms=nbytes / (copy_gbs * 1e9) * 1e3)
-            try:
-                ms, host_us, inner = timer.median_ms(fn, sets)
-                add_timing(row, ms, host_us, inner, nbytes, copy_gbs)
+            def checks(row, impl=impl, fn=fn, sets=sets, ref=ref):
                 out = fn(*sets[0])
                 row["rel_l2_vs_fp64"] = rel_l2(out, ref)
                 first = (sets[0][0][:1],) + tuple(sets[0][1:])
@@ -89,11 +101,7 @@ def bench(timer, xj, copy_gbs, seed, T):
                 if impl == "exactjit":
                     row["repeatable"] = bool(torch.equal(fn(*sets[0]), out))
                     row["target_ms"] = TARGETS_MS.get(name) if T == 3 else None
-            except Exception as e:  # report, keep going
-                row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-            case_rows.append(row)
-            log(f"  T={T} {name:<18} {impl:<15} " + (f"{row['ms']:.4f} ms {row['pct_copy']:5.1f}% copy"
-                                                 if "ms" in row else f"ERROR {row['error']}"))
+            case_rows.append(timed_row(timer, copy_gbs, name, impl, T, nbytes, fn, sets, checks))
         add_speedups(case_rows, "impl", [("cuBLAS (eager)", "vs_cublas")])
         rows += case_rows
         del sets
@@ -121,20 +129,14 @@ def bench_backward(timer, xj, copy_gbs, seed, T):
     impls = [("cuBLAS (eager)", fwd_bwd(lambda t, w, b: F.linear(F.silu(t).to(torch.bfloat16), w, b)))]
     if xj is not None:
         impls.append(("exactjit", fwd_bwd(xj.adaln_projection)))
-    rows = []
-    for impl, fn in impls:
-        row = dict(op="adaln projection fwd+bwd", impl=impl, T=T, bytes=nbytes,
-                   floor_ms=nbytes / (copy_gbs * 1e9) * 1e3)
-        try:
-            ms, host_us, inner = timer.median_ms(fn, [(temb, w, b, g)])
-            add_timing(row, ms, host_us, inner, nbytes, copy_gbs)
+    def repeatable(fn):
+        def checks(row):
             first, again = fn(temb, w, b, g), fn(temb, w, b, g)
             row["repeatable"] = all(torch.equal(a, c) for a, c in zip(first, again))
-        except Exception as e:  # report, keep going
-            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-        rows.append(row)
-        log(f"  T={T} fwd+bwd {impl:<15} " + (f"{row['ms']:.4f} ms {row['pct_copy']:5.1f}% copy"
-                                            if "ms" in row else f"ERROR {row['error']}"))
+        return checks
+
+    rows = [timed_row(timer, copy_gbs, "adaln projection fwd+bwd", impl, T, nbytes, fn, [(temb, w, b, g)],
+                      repeatable(fn)) for impl, fn in impls]
     add_speedups(rows, "impl", [("cuBLAS (eager)", "vs_cublas")])
     return rows
 

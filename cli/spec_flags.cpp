@@ -28,6 +28,14 @@ struct FamilyRequest {
   std::string arch;
 };
 
+// det_linear weight dtypes: the one asked for, else `all`; fp16 weights have no kernel.
+llvm::Expected<std::vector<DType>> det_linear_dtypes(const std::string& asked, std::vector<DType> all) {
+  if (asked.empty()) return all;
+  const std::optional<DType> dtype = parse_dtype(asked);
+  if (!dtype || *dtype == DType::F16) return usage(fmt::format("det_linear weights are bf16 or fp32 (got '{}')", asked));
+  return std::vector<DType>{*dtype};
+}
+
 llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, const Target& fallback) {
   const std::optional<Op> op = parse_op(request.op);
   if (!op)
@@ -47,15 +55,15 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
     return specs;
   }
   if (*op == Op::DetLinear) {  // defaults: the H3 AdaLN projection (bf16, 2688 -> 18 x 5376)
-    const std::optional<DType> dtype = parse_dtype(request.dtype.empty() ? "bf16" : request.dtype);
-    if (!dtype || *dtype == DType::F16) return usage(fmt::format("det_linear weights are bf16 or fp32 (got '{}')", request.dtype));
+    auto dtypes = det_linear_dtypes(request.dtype, {DType::BF16});
+    if (!dtypes) return dtypes.takeError();
     std::vector<bool> activations = {false, true};
     if (request.activation == "silu") activations = {true};
     else if (request.activation == "none") activations = {false};
     else if (!request.activation.empty()) return usage(fmt::format("unknown activation '{}' (none, silu)", request.activation));
     std::vector<KernelSpec> specs;
     for (bool silu : activations) {
-      KernelSpec spec = det_linear_spec(*dtype, request.in_features ? request.in_features : kTimeEmbedDim,
+      KernelSpec spec = det_linear_spec(dtypes->front(), request.in_features ? request.in_features : kTimeEmbedDim,
                                         request.out_features ? request.out_features : 18 * kDefaultHidden, silu);
       spec.target = target;
       if (auto err = validate_spec(spec)) return err;
@@ -63,22 +71,17 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
     }
     return specs;
   }
-  if (*op == Op::DetLinearInputGrad || *op == Op::DetLinearWeightGrad || *op == Op::DetLinearInputFold) {
+  if (is_det_linear(*op)) {  // the backward kernels (the forward above)
     // Sized like the forward (--in-features, --out-features; --hidden and --table-stride name the
     // same K and N), defaults the H3 AdaLN projection; bf16 and fp32 weights (the fold: bf16 only).
     const int64_t k = request.in_features ? request.in_features : request.hidden ? request.hidden : kTimeEmbedDim;
     const int64_t n = request.out_features   ? request.out_features
                       : request.table_stride ? request.table_stride
                                              : 18 * kDefaultHidden;
-    std::vector<DType> dtypes = {DType::BF16, DType::F32};
-    if (!request.dtype.empty()) {
-      const std::optional<DType> dtype = parse_dtype(request.dtype);
-      if (!dtype || *dtype == DType::F16)
-        return usage(fmt::format("det_linear weights are bf16 or fp32 (got '{}')", request.dtype));
-      dtypes = {*dtype};
-    }
+    auto dtypes = det_linear_dtypes(request.dtype, {DType::BF16, DType::F32});
+    if (!dtypes) return dtypes.takeError();
     std::vector<KernelSpec> specs;
-    for (DType dtype : dtypes)
+    for (DType dtype : *dtypes)
       for (const KernelSpec& spec : spec_family(*op, dtype, k, n, target)) {
         if (auto err = validate_spec(spec)) return err;
         specs.push_back(spec);

@@ -109,8 +109,7 @@ KernelSpec make_spec(Op op, DType dtype, IndexType index, int64_t hidden, int64_
 }
 
 std::string KernelSpec::describe() const {
-  if (op == Op::DetLinear || op == Op::DetLinearInputGrad || op == Op::DetLinearWeightGrad ||
-      op == Op::DetLinearInputFold)
+  if (is_det_linear(op))
     return fmt::format("{} dtype={} in_features={} out_features={} activation={} rows={}{} target={}", op_name(op),
                        dtype_name(dtype), hidden, out_features, silu ? "silu" : "none", row_tile,
                        grad_dtype == DType::F32 ? "" : fmt::format(" grad={}", dtype_name(grad_dtype)), target.name());
@@ -120,8 +119,7 @@ std::string KernelSpec::describe() const {
 }
 
 std::string KernelSpec::stem() const {
-  if (op == Op::DetLinear || op == Op::DetLinearInputGrad || op == Op::DetLinearWeightGrad ||
-      op == Op::DetLinearInputFold)
+  if (is_det_linear(op))
     return fmt::format("{}_{}_k{}_n{}_{}_r{}{}_{}{}", op_name(op), dtype_name(dtype), hidden, out_features,
                        silu ? "silu" : "none", row_tile, grad_dtype == DType::F32 ? "" : "_gbf16",
                        target.ptx ? "compute" : "sm", target.sm);

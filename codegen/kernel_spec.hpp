@@ -84,6 +84,11 @@ struct KernelSpecHash {
 };
 
 std::string_view op_name(Op op);
+/// det_linear and its backward kernels: sized by in_features (hidden) and out_features.
+inline bool is_det_linear(Op op) {
+  return op == Op::DetLinear || op == Op::DetLinearInputGrad || op == Op::DetLinearWeightGrad ||
+         op == Op::DetLinearInputFold;
+}
 /// The name of an op's index argument as kernels report it (templates/error_record.cuh: the
 /// error record's op field carries the op code in its low 16 bits and the argument above).
 std::string_view index_argument_name(Op op, unsigned argument);

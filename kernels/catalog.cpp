@@ -170,12 +170,8 @@ std::vector<KernelSpec> default_catalog(Target target) {
   // shipped read-only serves every T.
   for (int64_t n : {18 * kDefaultHidden, 2 * kDefaultHidden})
     for (Op op : {Op::DetLinearInputGrad, Op::DetLinearInputFold, Op::DetLinearWeightGrad})
-      for (DType grad : {DType::BF16, DType::F32})
-        for (int rows : det_linear_backward_row_tiles(DType::BF16, op)) {
-          KernelSpec spec = det_linear_backward_spec(DType::BF16, kTimeEmbedDim, n, true, op, grad, rows);
-          spec.target = target;
-          specs.push_back(spec);
-        }
+      for (const KernelSpec& spec : spec_family(op, DType::BF16, kTimeEmbedDim, n, target))
+        if (spec.silu) specs.push_back(spec);
   for (const KernelSpec& spec : {det_linear_spec(DType::F32, kSinusoidChannels, 2 * kTimeEmbedDim, true),
                                  det_linear_spec(DType::F32, 2 * kTimeEmbedDim, kTimeEmbedDim, false),
                                  det_linear_spec(DType::BF16, kTimeEmbedDim, 18 * kDefaultHidden, true),

@@ -41,16 +41,19 @@ DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, i
     // Rings of 3 slots of 7 chunks (448 contiguous bytes of each of 16 rows, 7 KB) per warp, up to
     // 8 warps next to the whole of x: 21 KB per warp, 168 KB per SM in flight or landed for the
     // 18H projection, where a full-bandwidth SM takes ~32 KB per microsecond.
-    const int64_t row_vecs = 4 * chunks + (4 * chunks % 8 == 0 ? 4 : 0);
-    g.stage_chunks = 7;
-    g.stages = 3;
-    g.shared_fixed = static_cast<uint32_t>(std::min<int64_t>(8 * row_vecs * 16, kBulkSharedLimit));
-    g.shared_per_warp = static_cast<uint32_t>(g.stages * (16 * 64 * g.stage_chunks + 8));
-    g.warps = static_cast<int>(std::min<int64_t>(8, (kBulkSharedLimit - g.shared_fixed) / g.shared_per_warp));
-    g.bulk = g.warps >= 1;  // else x leaves no room for a ring (K > ~12000): stream through registers
-    if (g.bulk) return g;
-    g.stage_chunks = g.stages = 0;
-    g.shared_fixed = g.shared_per_warp = 0;
+    constexpr int kStageChunks = 7, kStages = 3;
+    constexpr int64_t kPerWarp = kStages * (16 * 64 * kStageChunks + 8);
+    const int64_t x_bytes = 8 * (4 * chunks + (4 * chunks % 8 == 0 ? 4 : 0)) * 16;  // kRowVecs rows of x
+    // Else x leaves no room for a ring (K > ~12000): stream through registers.
+    if (x_bytes + kPerWarp <= kBulkSharedLimit) {
+      g.bulk = true;
+      g.stage_chunks = kStageChunks;
+      g.stages = kStages;
+      g.shared_fixed = static_cast<uint32_t>(x_bytes);
+      g.shared_per_warp = static_cast<uint32_t>(kPerWarp);
+      g.warps = static_cast<int>(std::min<int64_t>(8, (kBulkSharedLimit - x_bytes) / kPerWarp));
+      return g;
+    }
   }
   // Through registers. Many features (>= 264 blocks of 128, two per SM of an H200: the 18H
   // projection): 8-warp blocks, 4 chunks (128 B) in flight per lane at <= 64 registers (4 blocks

@@ -17,15 +17,11 @@ struct KernelCache::Slot {
 };
 
 std::string prewarm_command(const KernelSpec& spec) {
-  // The det_linear family is sized by its own flags (cli/spec_flags.cpp).
-  if (spec.op == Op::DetLinear)
-    return fmt::format("exactjit prewarm --op det_linear --dtype {} --in-features {} --out-features {} --activation {} "
-                       "--arch {}",
-                       dtype_name(spec.dtype), spec.hidden, spec.out_features, spec.silu ? "silu" : "none",
+  if (is_det_linear(spec.op))  // sized by its own flags (cli/spec_flags.cpp); the forward per activation
+    return fmt::format("exactjit prewarm --op {} --dtype {} --in-features {} --out-features {}{} --arch {}",
+                       op_name(spec.op), dtype_name(spec.dtype), spec.hidden, spec.out_features,
+                       spec.op == Op::DetLinear ? (spec.silu ? " --activation silu" : " --activation none") : "",
                        spec.target.name());
-  if (spec.op == Op::DetLinearInputGrad || spec.op == Op::DetLinearWeightGrad || spec.op == Op::DetLinearInputFold)
-    return fmt::format("exactjit prewarm --op {} --dtype {} --in-features {} --out-features {} --arch {}",
-                       op_name(spec.op), dtype_name(spec.dtype), spec.hidden, spec.out_features, spec.target.name());
   return fmt::format("exactjit prewarm --op {} --hidden {} --dtype {} --table-stride {} --arch {}", op_name(spec.op),
                      spec.hidden, dtype_name(spec.dtype), spec.table_stride, spec.target.name());
 }

@@ -48,18 +48,23 @@ __device__ __forceinline__ void wait_barrier(xj::u32 barrier, xj::u32 parity) {
         : "=r"(done) : "r"(barrier), "r"(parity) : "memory");
 }
 
+// The first feature of the task that stage i of warp warp_id's sequence belongs to.
+__device__ __forceinline__ long long task_feature0(int i, long long warp_id, long long warp_count) {
+  return 16 * (warp_id + (long long)(i / kTaskStages) * warp_count);
+}
+
 // Issues stage i of the warp's sequence into slot i % kStages: task i / kTaskStages of the warp,
 // chunks kStageChunks * (i % kTaskStages) on. Features past N repeat row N - 1 (never stored).
 __device__ __forceinline__ void issue(int i, long long warp_id, long long warp_count, const xj::bf16* weight,
                                       xj::u32 ring, xj::u32 barriers, int lane) {
-  const long long task = warp_id + (long long)(i / kTaskStages) * warp_count;
+  const long long feature0 = task_feature0(i, warp_id, warp_count);
   const int k0 = 32 * kStageChunks * (i % kTaskStages);
   const int bytes = 2 * (kK - k0 < 32 * kStageChunks ? kK - k0 : 32 * kStageChunks);
   const xj::u32 barrier = barriers + 8 * (i % kStages);
   if (lane == 0) expect_bytes(barrier, 16 * bytes);
   __syncwarp();
   if (lane < 16) {
-    const long long f = 16 * task + lane < kN ? 16 * task + lane : kN - 1;
+    const long long f = feature0 + lane < kN ? feature0 + lane : kN - 1;
     bulk_copy(ring + (i % kStages) * kSlotBytes + lane * kFeatureBytes, weight + f * kK + k0, bytes, barrier);
   }
 }
@@ -114,8 +119,7 @@ XJ_ENTRY(const float* __restrict__ temb, const xj::bf16* __restrict__ weight, co
     __syncwarp();  // every lane has read the slot: it can be refilled
     if (i + kStages < stages) issue(i + kStages, warp_id, warp_count, weight, ring, barriers, lane);
     if (s == kTaskStages - 1) {
-      store(acc, 16 * (warp_id + (long long)(i / kTaskStages) * warp_count), group, quad, row0, live_rows, bias, out,
-            pre_activation);
+      store(acc, task_feature0(i, warp_id, warp_count), group, quad, row0, live_rows, bias, out, pre_activation);
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[e] = 0.0f;
     }

@@ -7,13 +7,14 @@ tensors' own methods are all we use.
 
 NOTE: the structs below document the layout; the ops do not build them field by field. pack()
 writes all the DLTensors of one call, with their shape and stride arrays, into one ctypes buffer
-with struct.pack_into: about 1.6 us per tensor on the GPU machine against 6.7 us for ctypes
-Structures, and that host time is on the critical path at small S (a whole gate_residual call
-from Python costs about 20 us, 6.5 of them in the library).
+with struct.pack_into, and keeps that buffer per thread for the call's metadata (op, shapes,
+strides, dtypes, devices): a call with the metadata of an earlier one only writes the data
+pointers. Host time is on the critical path at small S; docs/perf-notes.md has the numbers.
 The layout is checked against the mirrors at import.
 """
 import ctypes
 import struct
+import threading
 
 from ._errors import invalid_argument
 
@@ -53,7 +54,10 @@ assert _TENSOR.size == ctypes.sizeof(DLTensor) and DLTensor.shape.offset == 24, 
     "DLTensor layout differs from the packed format"
 _DIMS = [struct.Struct(f"={2 * n}q") for n in range(9)]  # shape then strides, for ndim <= 8
 
+_POINTER = struct.Struct("=Q")
 _dtype_codes = None  # torch.dtype -> (DLPack code, bits); filled on first use
+_MAX_CACHED = 512  # packed calls kept per thread; the cache starts over beyond that
+_cache = threading.local()
 
 
 def _dtype_table(torch):
@@ -79,13 +83,32 @@ def _dtype_table(torch):
 def pack(torch, op, names, tensors):
     """DLTensors for `tensors`, packed into one buffer: returns (buffer, addresses), one
     DLTensor* address per tensor. The addresses point into the buffer, so the caller keeps the
-    buffer referenced until the C call returns.
+    buffer referenced until the C call returns. The buffer is this thread's for calls of `op`
+    with the same metadata; only the data pointers are written again.
 
     data_ptr() already includes the storage offset, so byte_offset is 0; strides are in
     elements, as torch keeps them. Dtypes and devices DLPack 0.6 cannot describe raise
     InvalidArgumentError naming `op` and the argument; every rule about what an op accepts is
     left to the library, which names the rule.
     """
+    key = (op,) + tuple((t.shape, t.stride(), t.dtype, t.device) for t in tensors)
+    cache = getattr(_cache, "calls", None)
+    if cache is None:
+        cache = _cache.calls = {}
+    hit = cache.get(key)
+    if hit is not None:
+        buffer, addresses = hit
+        for k, tensor in enumerate(tensors):
+            _POINTER.pack_into(buffer, _TENSOR.size * k, tensor.data_ptr())
+        return hit
+    if len(cache) >= _MAX_CACHED:
+        cache.clear()
+    packed = _pack_new(torch, op, names, tensors)
+    cache[key] = packed
+    return packed
+
+
+def _pack_new(torch, op, names, tensors):
     global _dtype_codes
     if _dtype_codes is None:
         _dtype_codes = _dtype_table(torch)
@@ -119,5 +142,5 @@ def pack(torch, op, names, tensors):
 def from_torch(torch, tensor, name="tensor"):
     """One DLTensor describing `tensor`, for callers of other C APIs; it owns its shape and
     stride arrays (from_buffer keeps the packed buffer alive)."""
-    buffer, _ = pack(torch, "from_torch", (name,), (tensor,))
+    buffer, _ = _pack_new(torch, "from_torch", (name,), (tensor,))
     return DLTensor.from_buffer(buffer)

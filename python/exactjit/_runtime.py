@@ -1,17 +1,17 @@
-"""exactjit.Runtime: one xj_runtime handle, and the ops that run on it.
+"""exactjit.Runtime: one xj_runtime handle, and the raw launches on it.
 
-Ops take torch tensors, describe them as DLTensors and launch on torch's current CUDA stream of
-the tensors' device, so they order with the surrounding PyTorch work exactly like a torch op.
-They return at once; an out-of-range index found by a kernel is reported by synchronize(), not by
-the op (unless the runtime checks after each launch).
+The methods take torch tensors, describe them as DLTensors and launch on torch's current CUDA
+stream of the tensors' device, so they order with the surrounding PyTorch work exactly like a torch
+op. They return at once; an out-of-range index found by a kernel is reported by synchronize(), not
+by the op (unless the runtime checks after each launch).
 
-Autograd: when grad mode is on and an input requires grad, an op runs as a torch.autograd.Function
-(_autograd.py) whose backward calls the *_backward methods below; otherwise it calls the forward
-directly, with no autograd bookkeeping. The *_backward methods are also usable on their own: they
-take the forward's inputs (or what the forward saved) and the upstream gradient, and compute only
-the gradients asked for. A reducing backward gets its workspace from torch's caching allocator on
-the current stream, sized by the library's *_workspace_bytes function, once per call (see
-_workspace).
+These are the launches themselves, not differentiable and not visible to torch.compile: the
+PyTorch operators in _ops.py (torch.ops.exactjit.*, and the module-level functions exactjit.*)
+call them on the shared runtime (default_runtime()) and add autograd, fake kernels and the
+schema. A forward method refuses an input that requires grad under grad mode rather than
+silently dropping the gradient. The *_backward methods take the forward's inputs (or what it
+saved) and the upstream gradient, and compute only the gradients asked for; a reducing backward
+gets its workspace from torch's caching allocator on the current stream (see _workspace).
 
 torch is imported on the first op call, never at import time: `import exactjit` must work on a
 machine without torch or a GPU.
@@ -20,6 +20,7 @@ import ctypes
 import operator
 import os
 import sys
+import threading
 
 from . import _lib
 from ._dlpack import pack
@@ -33,7 +34,8 @@ _RMS_NORM_ARGS = ("x", "weight", "shift", "scale", "index", "out", "rstd")
 _RMS_NORM_BACKWARD_ARGS = ("grad", "x", "weight", "scale", "index", "rstd", "dx", "dweight", "dshift", "dscale",
                            "workspace")
 _RMS_NORM_BACKWARD_EPS_AT = _RMS_NORM_BACKWARD_ARGS.index("rstd") + 1  # the C ABI's eps follows rstd
-_autograd_module = None
+_default_runtime = None
+_default_lock = threading.Lock()
 
 
 def _import_torch():
@@ -49,13 +51,26 @@ def _import_torch():
     return _torch
 
 
-def _autograd():
-    """_autograd.py, imported on the first op that needs it (it imports torch at its top)."""
-    global _autograd_module
-    if _autograd_module is None:
-        from . import _autograd
-        _autograd_module = _autograd
-    return _autograd_module
+def default_runtime():
+    """The shared Runtime, created on first use from the environment (xj_runtime_create(NULL)).
+    It lives until the process exits, so kernels compile and load once per process."""
+    global _default_runtime
+    rt = _default_runtime
+    if rt is None:
+        with _default_lock:
+            if _default_runtime is None:
+                _default_runtime = Runtime()
+            rt = _default_runtime
+    return rt
+
+
+def _refuse_grad(torch, op, *tensors):
+    """A raw launch cannot record a backward: refuse it rather than return a result whose
+    gradient would silently be missing."""
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        raise invalid_argument(
+            f"Runtime.{op} is not differentiable and an input requires grad; call exactjit.{op} (the "
+            f"torch operator, with autograd) or run it under torch.no_grad()")
 
 
 def _require_tensors(torch, op, **tensors):
@@ -173,21 +188,14 @@ class Runtime:
         not an error here: the kernel records it and synchronize() raises BadIndexError.
         out: optional destination like residual; by default a new contiguous tensor.
         The library checks every rule and names the one broken (InvalidArgumentError).
-        Differentiable in residual, gate (through the view: the table gets the gradient) and y
-        when grad mode is on; out= is refused then, as torch refuses out= under autograd.
+        Not differentiable (exactjit.gate_residual is).
         """
         torch = _import_torch()
         _require_tensors(torch, "gate_residual", residual=residual, gate=gate, index=index, y=y)
         if out is not None and not isinstance(out, torch.Tensor):
             raise invalid_argument(
                 f"gate_residual: out must be a torch.Tensor, got {type(out).__name__}")
-        if torch.is_grad_enabled() and (residual.requires_grad or gate.requires_grad or y.requires_grad):
-            if out is not None:
-                raise invalid_argument(
-                    "gate_residual: out= is not differentiable; an input requires grad, so leave out "
-                    "unset, or call it under torch.no_grad()")
-            _lib.function("xj_gate_residual_backward")  # an older library: refuse now, not in backward
-            return _autograd().GateResidual.apply(self, residual, gate, index, y)
+        _refuse_grad(torch, "gate_residual", residual, gate, y)
         return self._gate_residual(residual, gate, index, y, out)
 
     def _gate_residual(self, residual, gate, index, y, out):
@@ -233,10 +241,7 @@ class Runtime:
         (S,) of one integer type (int32 or int64). Returns a tuple of six (S, H) tensors (shift_msa,
         scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp), views of one (6, S, H) tensor.
         Out-of-range indices are checked before they are combined; synchronize() reports them.
-        Differentiable in rows when grad mode is on: the (6, S, H) tensor is the autograd op's
-        output and the six chunks are its unbind(0), so autograd stacks their gradients (zeros for
-        an unused chunk) into the one (6, S, H) gradient the backward takes. As with any unbind
-        output, the chunks cannot then be modified in place.
+        Not differentiable (exactjit.adaln_row_gather is).
         """
         torch = _import_torch()
         _require_tensors(torch, "adaln_row_gather", rows=rows, timestep_indices=timestep_indices,
@@ -245,12 +250,8 @@ class Runtime:
             raise invalid_argument(
                 f"adaln_row_gather: rows must be (3T, 6H) and timestep_indices (S,) "
                 f"(got {tuple(rows.shape)} and {tuple(timestep_indices.shape)})")
-        if torch.is_grad_enabled() and rows.requires_grad:
-            _lib.function("xj_adaln_row_gather_backward")
-            out = _autograd().AdalnRowGather.apply(self, rows, timestep_indices, token_tags)
-        else:
-            out = self._adaln_row_gather(rows, timestep_indices, token_tags)
-        return tuple(out.unbind(0))
+        _refuse_grad(torch, "adaln_row_gather", rows)
+        return tuple(self._adaln_row_gather(rows, timestep_indices, token_tags).unbind(0))
 
     def _adaln_row_gather(self, rows, timestep_indices, token_tags):
         """The forward alone: the (6, S, H) tensor."""
@@ -273,9 +274,7 @@ class Runtime:
         FLT_EPSILON, as PyTorch). shift, scale: (R, H) table views with one row stride, index:
         (S,) int32/int64 shared across the batch (all three or none). Returns out, or
         (out, rstd) with the fp32 rstd of every row when return_rstd.
-        Differentiable in x, weight, shift and scale (through their views) when grad mode is on;
-        rstd is then a non-differentiable output, and the forward always computes it (the
-        backward needs it).
+        Not differentiable (exactjit.rms_norm is).
         """
         torch = _import_torch()
         if not isinstance(x, torch.Tensor):
@@ -286,10 +285,7 @@ class Runtime:
                 raise invalid_argument(f"rms_norm: {name} must be a torch.Tensor or None, got {type(value).__name__}")
         if eps is None:
             eps = torch.finfo(torch.float32).eps
-        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, shift, scale)):
-            _lib.function("xj_rms_norm_backward")
-            out, rstd = _autograd().RmsNorm.apply(self, x, weight, eps, shift, scale, index)
-            return (out, rstd) if return_rstd else out
+        _refuse_grad(torch, "rms_norm", x, weight, shift, scale)
         return self._rms_norm(x, weight, eps, shift, scale, index, return_rstd)
 
     def _rms_norm(self, x, weight, eps, shift, scale, index, return_rstd):
@@ -311,17 +307,13 @@ class Runtime:
         """diffusers `get_timestep_embedding(t, num_channels, flip_sin_to_cos, downscale_freq_shift,
         scale, max_period)`, bit for bit: t (T,) of any float dtype (cast with .float(), as diffusers
         does) -> (T, num_channels) float32. check_range: a t that is not finite or outside [0, 1]
-        (the H3 convention) is reported by synchronize().
-        Differentiable in t when grad mode is on (d_t is computed in float32 and cast to t's dtype)."""
+        (the H3 convention) is reported by synchronize(). Not differentiable (exactjit.timestep_sinusoid is)."""
         torch = _import_torch()
         if not isinstance(t, torch.Tensor):
             raise invalid_argument(f"timestep_sinusoid: t must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != 1:
             raise invalid_argument(f"timestep_sinusoid: t must be 1-D (T,), got shape {tuple(t.shape)}")
-        if torch.is_grad_enabled() and t.requires_grad:
-            _lib.function("xj_timestep_sinusoid_backward")
-            return _autograd().TimestepSinusoid.apply(self, t, num_channels, max_period, flip_sin_to_cos,
-                                                      downscale_freq_shift, scale, check_range)
+        _refuse_grad(torch, "timestep_sinusoid", t)
         return self._timestep_sinusoid(t, num_channels, max_period, flip_sin_to_cos, downscale_freq_shift, scale,
                                        check_range)
 
@@ -346,16 +338,9 @@ class Runtime:
         float32 (fma chains; silu applies SiLU to the output; out float32) or bfloat16 (tensor-core
         mma; silu applies SiLU to x before its bf16 cast, as the AdaLN projection does; out
         bfloat16). bias (N,) in the weight's dtype or None. With return_pre_activation, also the
-        float32 x @ weight.T + bias. Differentiable for T <= 8 (the backward's row limit) in x,
-        weight and bias, for float32 and bfloat16 weights (det_linear_backward)."""
+        float32 x @ weight.T + bias. Not differentiable (exactjit.det_linear is, for T <= 8)."""
         torch = _import_torch()
-        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
-            if weight.dtype == torch.float32:
-                out, pre = _autograd().DetLinear.apply(self, x, weight, bias, bool(silu))
-            else:
-                out, pre = _autograd().DetLinearBf16.apply(self, x, weight, bias, bool(silu),
-                                                           bool(return_pre_activation))
-            return (out, pre.detach()) if return_pre_activation else out
+        _refuse_grad(torch, "det_linear", x, weight, bias)
         out, pre = self._det_linear(x, weight, bias, silu, return_pre_activation)
         return (out, pre) if return_pre_activation else out
 
@@ -414,19 +399,6 @@ class Runtime:
         del packed
         _lib.check(status, "xj_det_linear_backward")
         return d_input, d_weight, d_bias
-
-    def timestep_mlp(self, features, w1, b1, w2, b2):
-        """The timestep MLP, all fp32: det_linear(features, w1, b1) with SiLU, then
-        det_linear(., w2, b2) (256 -> 5376 -> 2688 for H3). Differentiable."""
-        return self.det_linear(self.det_linear(features, w1, b1, silu=True), w2, b2)
-
-    def adaln_projection(self, temb, weight, bias, *, silu=True):
-        """The AdaLN table rT(silu(temb)) @ weight.T + bias (silu=False: rT(temb) @ ...) with
-        bfloat16 weights on tensor cores (the SiLU and the cast fused into the GEMV): (T, 18H) for
-        a block, (T, 2H) for the final norm. Differentiable in temb, weight and bias for T <= 8
-        (an autograd Function that saves temb and weight; through autograd the gradient arrives in
-        the table's bfloat16; det_linear_backward also takes a float32 one)."""
-        return self.det_linear(temb, weight, bias, silu=silu)
 
     # Backward passes (NUMERICS.md): deterministic, no host synchronisation, CUDA-graph safe. Each
     # launches on torch's current stream of the tensors' device and returns at once; a bad index

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""The PyTorch operators without a GPU: registration, schemas, fake kernels, autograd formulas and
+torch.compile(fullgraph=True) tracing, all on the meta device (where an operator runs its fake
+kernel), plus the rules the Python layer enforces itself. Skips cleanly where torch is not
+importable; the real kernels are checked on the GPU machine (tests/gpu/ops_torch.py, which also
+runs torch.library.opcheck on CUDA tensors). Run by ctest; exits non-zero on failure."""
+import importlib.util
+import os
+import sys
+import unittest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "python"))
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+if HAS_TORCH:
+    import torch
+
+    import exactjit
+    from exactjit import _lib
+
+H, S, T = 64, 8, 3
+META = "meta"
+
+# The schemas are the operators' contract with compiled graphs and serialized programs: a change
+# must be deliberate.
+SCHEMAS = {
+    "gate_residual": "exactjit::gate_residual(Tensor residual, Tensor gate, Tensor index, Tensor y) -> Tensor",
+    "gate_residual_out": "exactjit::gate_residual_out(Tensor residual, Tensor gate, Tensor index, Tensor y, "
+                         "Tensor(a4!) out) -> ()",
+    "gate_residual_backward": "exactjit::gate_residual_backward(Tensor grad, Tensor gate, Tensor index, Tensor y, "
+                              "bool need_d_y, bool need_d_gate) -> (Tensor, Tensor)",
+    "adaln_row_gather": "exactjit::adaln_row_gather(Tensor rows, Tensor timestep_indices, Tensor token_tags) "
+                        "-> Tensor",
+    "adaln_row_gather_backward": "exactjit::adaln_row_gather_backward(Tensor grad, Tensor timestep_indices, "
+                                 "Tensor token_tags, SymInt table_rows, ScalarType dtype) -> Tensor",
+    "rms_norm": "exactjit::rms_norm(Tensor x, Tensor? weight, float eps, Tensor? shift, Tensor? scale, "
+                "Tensor? index, bool compute_rstd) -> (Tensor, Tensor)",
+    "rms_norm_backward": "exactjit::rms_norm_backward(Tensor grad, Tensor x, Tensor? weight, Tensor? scale, "
+                         "Tensor? index, Tensor rstd, float eps, bool need_dx, bool need_dweight, "
+                         "bool need_dshift, bool need_dscale) -> (Tensor, Tensor, Tensor, Tensor)",
+    "timestep_sinusoid": "exactjit::timestep_sinusoid(Tensor t, SymInt num_channels, float max_period, "
+                         "bool flip_sin_to_cos, float downscale_freq_shift, float scale, bool check_range) "
+                         "-> Tensor",
+    "timestep_sinusoid_backward": "exactjit::timestep_sinusoid_backward(Tensor t, Tensor grad, float max_period, "
+                                  "bool flip_sin_to_cos, float downscale_freq_shift, float scale) -> Tensor",
+    "det_linear": "exactjit::det_linear(Tensor x, Tensor weight, Tensor? bias, bool silu, bool compute_pre) "
+                  "-> (Tensor, Tensor)",
+    "det_linear_backward": "exactjit::det_linear_backward(Tensor grad, Tensor x, Tensor weight, "
+                           "Tensor? pre_activation, bool silu, bool need_input, bool need_weight, bool need_bias) "
+                           "-> (Tensor, Tensor, Tensor)",
+}
+
+
+def table(dtype=torch.bfloat16 if HAS_TORCH else None, grad=False, t=T, width=18):
+    return torch.randn(t, width * H, device=META, dtype=dtype, requires_grad=grad)
+
+
+def chain(x, tab, weight, index, y):
+    """One block's conditioning chain over the (T, 18H) table: modulated norm, gated residual."""
+    rows = tab.view(3 * T, 6 * H)
+    shift, scale, gate = rows[:, 0:H], rows[:, H:2 * H], rows[:, 2 * H:3 * H]
+    n = exactjit.rms_norm(x, weight, 1e-5, shift=shift, scale=scale, index=index)
+    return exactjit.gate_residual(x, gate, index, n * y)
+
+
+@unittest.skipUnless(HAS_TORCH, "torch is not installed")
+class Operators(unittest.TestCase):
+    def test_every_operator_is_registered_with_its_schema(self):
+        self.assertEqual(set(exactjit.ops.OPERATORS), set(SCHEMAS))
+        for name, schema in SCHEMAS.items():
+            overload = getattr(torch.ops.exactjit, name).default
+            self.assertEqual(str(overload._schema), schema, name)
+
+    def test_fake_kernels_give_shapes_dtypes_and_strides(self):
+        rows = table().view(3 * T, 6 * H)
+        gate = rows[:, 2 * H:3 * H]  # strided view: row stride 6H
+        x = torch.empty(2, S, H, device=META, dtype=torch.bfloat16)
+        index = torch.empty(S, device=META, dtype=torch.int64)
+        ops = torch.ops.exactjit
+        out = ops.gate_residual(x, gate, index, x)
+        self.assertEqual((out.shape, out.dtype, out.stride()), (x.shape, x.dtype, x.stride()))
+        d_y, d_gate = ops.gate_residual_backward(x, gate, index, x, True, True)
+        self.assertEqual((d_y.shape, d_y.stride()), (x.shape, x.stride()))
+        self.assertEqual((d_gate.shape, d_gate.stride(), d_gate.dtype), ((3 * T, H), (H, 1), torch.bfloat16))
+        d_y, d_gate = ops.gate_residual_backward(x, gate, index, x, False, True)
+        self.assertEqual(d_y.numel(), 0)
+        out, rstd = ops.rms_norm(x, None, 1e-5, rows[:, :H], rows[:, H:2 * H], index, True)
+        self.assertEqual((out.shape, rstd.shape, rstd.dtype), (x.shape, (2, S), torch.float32))
+        self.assertEqual(ops.rms_norm(x, None, 1e-5, None, None, None, False)[1].numel(), 0)
+        weight = torch.empty(H, device=META, dtype=torch.bfloat16)
+        grads = ops.rms_norm_backward(x, x, weight, gate, index, rstd, 1e-5, True, True, True, False)
+        self.assertEqual([tuple(g.shape) for g in grads], [(2, S, H), (H,), (3 * T, H), (0,)])
+        six = ops.adaln_row_gather(rows, index, index)
+        self.assertEqual((six.shape, six.dtype), ((6, S, H), torch.bfloat16))
+        d_rows = ops.adaln_row_gather_backward(six, index, index, 3 * T, torch.float32)
+        self.assertEqual((d_rows.shape, d_rows.dtype), ((3 * T, 6 * H), torch.float32))
+        t = torch.empty(T, device=META)
+        self.assertEqual(ops.timestep_sinusoid(t, 256, 10000.0, True, 0.0, 1.0, False).shape, (T, 256))
+        self.assertEqual(ops.timestep_sinusoid_backward(t, torch.empty(T, 256, device=META), 1e4, True, 0.0,
+                                                        1.0).shape, (T,))
+        temb = torch.empty(T, 2688, device=META)
+        w = torch.empty(18 * H, 2688, device=META, dtype=torch.bfloat16)
+        out, pre = ops.det_linear(temb, w, None, True, False)
+        self.assertEqual((out.shape, out.dtype, pre.numel()), ((T, 18 * H), torch.bfloat16, 0))
+        d_x, d_w, d_b = ops.det_linear_backward(out, temb, w, None, True, True, True, True)
+        self.assertEqual((d_x.dtype, d_w.dtype, d_w.shape, d_b.shape), (torch.float32, torch.bfloat16, w.shape,
+                                                                       (18 * H,)))
+        w32 = torch.empty(16, 2688, device=META)
+        self.assertEqual(ops.det_linear(temb, w32, None, True, True)[1].shape, (T, 16))
+
+    def test_autograd_formulas_reach_every_differentiable_input(self):
+        x = torch.randn(1, S, H, device=META, dtype=torch.bfloat16, requires_grad=True)
+        y = torch.randn(1, S, H, device=META, dtype=torch.bfloat16, requires_grad=True)
+        weight = torch.randn(H, device=META, dtype=torch.bfloat16, requires_grad=True)
+        tab = table(grad=True)
+        index = torch.zeros(S, device=META, dtype=torch.int64)
+        out = chain(x, tab, weight, index, y)
+        self.assertIn("exactjit_gate_residual", type(out.grad_fn).__name__)
+        out.sum().backward()
+        for name, tensor in (("x", x), ("y", y), ("weight", weight), ("table", tab)):
+            self.assertIsNotNone(tensor.grad, name)
+            self.assertEqual((tensor.grad.shape, tensor.grad.dtype), (tensor.shape, tensor.dtype), name)
+
+        rows = table(grad=True).view(3 * T, 6 * H)
+        chunks = exactjit.adaln_row_gather(rows, index, index)
+        self.assertEqual(len(chunks), 6)
+        (chunks[2] * 2).sum().backward()  # one chunk used: the others' gradients are zeros
+        t = torch.rand(T, device=META, requires_grad=True)
+        exactjit.timestep_sinusoid(t).sum().backward()
+        self.assertEqual(t.grad.shape, (T,))
+        temb = torch.randn(T, 2688, device=META, requires_grad=True)
+        w = torch.randn(18 * H, 2688, device=META, dtype=torch.bfloat16, requires_grad=True)
+        b = torch.randn(18 * H, device=META, dtype=torch.bfloat16, requires_grad=True)
+        exactjit.adaln_projection(temb, w, b).float().sum().backward()
+        self.assertEqual((temb.grad.dtype, w.grad.dtype, b.grad.shape), (torch.float32, torch.bfloat16, (18 * H,)))
+        w1 = torch.randn(32, 256, device=META, requires_grad=True)
+        w2 = torch.randn(16, 32, device=META, requires_grad=True)
+        features = torch.randn(T, 256, device=META)
+        exactjit.timestep_mlp(features, w1, None, w2, None).sum().backward()
+        self.assertEqual((w1.grad.shape, w2.grad.shape), (w1.shape, w2.shape))
+
+    def test_rstd_and_pre_activation_are_not_differentiable(self):
+        x = torch.randn(S, H, device=META, requires_grad=True)
+        out, rstd = exactjit.rms_norm(x, None, 1e-5, return_rstd=True)
+        self.assertTrue(out.requires_grad)
+        self.assertFalse(rstd.requires_grad)
+
+    def test_compile_fullgraph_traces_forward_and_backward_operators(self):
+        graphs = []
+
+        from functorch.compile import make_boxed_func
+        from torch._functorch.aot_autograd import aot_module_simplified
+
+        def record(gm, example_inputs):
+            graphs.append(gm.code)
+            return make_boxed_func(gm.forward)
+
+        def backend(gm, example_inputs):
+            return aot_module_simplified(gm, example_inputs, fw_compiler=record, bw_compiler=record)
+
+        torch._dynamo.reset()
+        x = torch.randn(1, S, H, device=META, dtype=torch.bfloat16, requires_grad=True)
+        y = torch.randn(1, S, H, device=META, dtype=torch.bfloat16, requires_grad=True)
+        weight = torch.randn(H, device=META, dtype=torch.bfloat16, requires_grad=True)
+        tab = table(grad=True)
+        index = torch.zeros(S, device=META, dtype=torch.int64)
+        explanation = torch._dynamo.explain(chain)(x, tab, weight, index, y)
+        self.assertEqual((explanation.graph_count, explanation.graph_break_count), (1, 0))
+        compiled = torch.compile(chain, backend=backend, fullgraph=True)
+        compiled(x, tab, weight, index, y).sum().backward()
+        self.assertEqual(len(graphs), 2, "one forward and one backward graph")
+        forward, backward = graphs
+        self.assertIn("exactjit.rms_norm.default", forward)
+        self.assertIn("exactjit.gate_residual.default", forward)
+        self.assertIn("exactjit.gate_residual_backward.default", backward)
+        self.assertIn("exactjit.rms_norm_backward.default", backward)
+
+    def test_opcheck_on_meta_checks_schema_fake_and_autograd_registration(self):
+        # On the GPU machine opcheck runs the real kernels too; here the meta kernels stand in.
+        x = torch.randn(1, S, H, device=META, dtype=torch.bfloat16, requires_grad=True)
+        rows = table().view(3 * T, 6 * H)
+        index = torch.zeros(S, device=META, dtype=torch.int64)
+        torch.library.opcheck(torch.ops.exactjit.gate_residual.default, (x, rows[:, 2 * H:3 * H], index, x))
+        torch.library.opcheck(torch.ops.exactjit.rms_norm.default,
+                              (x, None, 1e-5, rows[:, :H], rows[:, H:2 * H], index, True))
+        out = torch.empty(1, S, H, device=META, dtype=torch.bfloat16)
+        torch.library.opcheck(torch.ops.exactjit.gate_residual_out.default,
+                              (x.detach(), rows[:, 2 * H:3 * H], index, x.detach(), out))
+
+    def test_python_rules(self):
+        x = torch.zeros(4, H, requires_grad=True)
+        tab = torch.zeros(3, 6 * H)
+        index = torch.zeros(4, dtype=torch.int64)
+        with self.assertRaises(exactjit.InvalidArgumentError) as caught:
+            exactjit.gate_residual(x, tab[:, :H], index, x, out=torch.empty(4, H))
+        self.assertIn("out=", str(caught.exception))
+        with self.assertRaises(exactjit.InvalidArgumentError) as caught:
+            exactjit.gate_residual(x, [1.0], index, x)
+        self.assertIn("gate", str(caught.exception))
+        # A raw launch refuses to drop a gradient.
+        with self.assertRaises(exactjit.InvalidArgumentError) as caught:
+            exactjit.runtime().gate_residual(x, tab[:, :H], index, x)
+        self.assertIn("not differentiable", str(caught.exception))
+        # CPU tensors reach the library through the operator, which names the op and the rule.
+        with torch.no_grad():
+            with self.assertRaises(exactjit.InvalidArgumentError) as caught:
+                exactjit.gate_residual(x, tab[:, :H], index, x)
+        self.assertIn("gate_residual", str(caught.exception))
+
+    def test_import_registers_the_operators_only_with_torch_loaded(self):
+        self.assertIn("exactjit._ops", sys.modules)  # torch was imported first, so import exactjit registered
+        self.assertTrue(hasattr(torch.ops.exactjit, "gate_residual"))
+        self.assertEqual(_lib.library_path, exactjit.library_path())
+
+
+if __name__ == "__main__":
+    unittest.main()

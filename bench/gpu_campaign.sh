@@ -3,18 +3,25 @@
 # self-test, PyTorch parity (forward) and gradient checks (backward), benchmarks, optionally a
 # profile. Binaries come
 # prebuilt in .carry/ (built on the CPU machine); markdown reports go to $OUT, logs and JSON to
-# $OUT/logs.tgz. Prints a short table last.
+# $OUT/logs.tgz. Prints a short table last. STEPS=a,b,... runs only the steps named (the names in
+# the summary table); a whole campaign no longer fits one 10-minute command, so split it in two.
+# Wheels in .whl/ (diffusers 0.42.1 for the MiniMax-H3 checks) are installed into /tmp/site.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/out}"
 LOGS="$OUT/logs"
 mkdir -p "$LOGS"
-export PYTHONUNBUFFERED=1 EXACTJIT_CACHE_DIR=/tmp/xj-cache EXACTJIT_LIBRARY="$PWD/.carry/libexactjit.so" \
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python" EXACTJIT_CACHE_DIR=/tmp/xj-cache EXACTJIT_LIBRARY="$PWD/.carry/libexactjit.so" \
   EXACTJIT_COMMIT="$(cat .carry/commit)"
 summary=()
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl &&
+    export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
 step() {  # step NAME LOG COMMAND...
   local name=$1 log=$2
   shift 2
+  [ -z "${STEPS:-}" ] || [[ ",$STEPS," == *",$name,"* ]] || return 0
   local start=$SECONDS
   "$@" >"$LOGS/$log" 2>&1
   local rc=$?
@@ -58,6 +65,16 @@ if [ "${PROFILE:-0}" = 1 ]; then
   done
   cat "$OUT/profile.txt"
 fi
+# The PyTorch integration: operators (opcheck, torch.compile, CUDA graphs), host cost, diffusers'
+# MiniMax-H3 patched (bitwise forward, gradients against fp64, compiled), the end-to-end benchmark.
+step python-cpu python_cpu.log python3 tests/python/test_ops_cpu.py
+step python-integration python_integration.log python3 tests/python/test_integration_cpu.py
+step ops ops.log python3 tests/gpu/ops_torch.py --report "$OUT/ops.md" --json "$LOGS/ops.json"
+step host host.log python3 bench/bench_torch_host.py --profile --report "$OUT/host.md" --json "$LOGS/host.json"
+step diffusers diffusers.log timeout 400 python3 tests/gpu/diffusers_torch.py --report "$OUT/diffusers.md" \
+  --json "$LOGS/diffusers.json"
+step e2e e2e.log timeout 500 python3 bench/bench_e2e.py --profile --report "$OUT/e2e.md" --json "$LOGS/e2e.json" \
+  --plot "$OUT/e2e.png"
 # bench_host needs libexactjit.so and libbenchmark.so.1debian carried next to it.
 [ -x .carry/bench_host ] && step bench-host bench_host.log env LD_LIBRARY_PATH="$PWD/.carry" ./.carry/bench_host \
   --benchmark_filter=Dispatch \

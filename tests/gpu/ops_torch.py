@@ -256,11 +256,10 @@ def capture_group(suite, data):
             captured = run_step(chain, inputs)
         for trial in range(3):
             fresh = ChainInputs(data, 4097)
-            with torch.no_grad():
-                for leaf, new in zip(inputs.leaves(), fresh.leaves()):
-                    leaf.copy_(new)
-                for g, new in zip(inputs.grads, fresh.grads):
-                    g.copy_(new)
+            with torch.no_grad():  # every input the graph reads, the index too
+                for old, new in zip(inputs.leaves() + inputs.grads + [inputs.index],
+                                    fresh.leaves() + fresh.grads + [fresh.index]):
+                    old.copy_(new)
             graph.replay()
             want = run_step(chain, fresh)
             ok, detail = all_equal([(n, g, w) for n, g, w in zip(NAMES, captured, want)])

@@ -118,6 +118,32 @@ def diffusers_timestep_embedding(t, c, flip, shift, scale, max_period, dtype=tor
     return emb
 
 
+def parse_groups(parser, value, known):
+    """The comma-separated groups of --groups, each one of `known` (else a usage error)."""
+    groups = [g for g in value.split(",") if g]
+    unknown = set(groups) - set(known)
+    if unknown:
+        parser.error(f"unknown groups {sorted(unknown)}; choose from {', '.join(known)}")
+    return groups
+
+
+def run_groups(suite, xj, parts, groups):
+    """Runs parts[name]() for each group in order; a group that raises is one failed case and the
+    next still runs; a bad-index record left by one must not leak into the next."""
+    for name in groups:
+        try:
+            parts[name]()
+        except Exception as e:  # set-up of a group failed (e.g. out of memory)
+            traceback.print_exc()
+            suite.setup_failed(f"group {name} aborted", e)
+        try:
+            torch.cuda.synchronize()
+            xj.synchronize()
+        except Exception as e:
+            suite.setup_failed(f"group {name}: synchronize after it", e)
+        torch.cuda.empty_cache()
+
+
 class Suite:
     """Runs cases (a crash is a failed case; the next case still runs), keeps their records and
     writes the reports. Subclasses set the class attributes below and may override call(),

@@ -53,7 +53,7 @@ import copy  # noqa: E402
 import math  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
-import traceback  # noqa: E402
+import functools  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -340,10 +340,7 @@ def main():
     p.add_argument("--report", help="markdown report path")
     p.add_argument("--json", help="JSON report path")
     args = p.parse_args()
-    groups = [g for g in args.groups.split(",") if g]
-    unknown = set(groups) - set(GROUPS)
-    if unknown:
-        p.error(f"unknown groups {sorted(unknown)}; choose from {', '.join(GROUPS)}")
+    groups = check_support.parse_groups(p, args.groups, GROUPS)
     args.repeats = max(args.repeats, 2)
 
     t0 = time.perf_counter()
@@ -368,18 +365,8 @@ def main():
     ctx = Context(xj, xjd, model, inputs, suite, args)
     parts = {"forward": forward_group, "accuracy": accuracy_group, "repeat": repeat_group,
              "compile": compile_group, "det_linear": det_linear_group}
-    for name in groups:
-        try:
-            parts[name](ctx)
-        except Exception as e:  # set-up of a group failed (e.g. out of memory)
-            traceback.print_exc()
-            suite.setup_failed(f"group {name} aborted", e)
-        try:
-            torch.cuda.synchronize()
-            xj.synchronize()  # a stray bad-index record must not leak into the next group
-        except Exception as e:
-            suite.setup_failed(f"group {name}: synchronize after it", e)
-        torch.cuda.empty_cache()
+    check_support.run_groups(suite, xj, {name: functools.partial(part, ctx) for name, part in parts.items()},
+                             groups)
     meta["seconds"] = round(time.perf_counter() - t0, 1)
     return suite.finish(args, meta)
 

@@ -39,7 +39,6 @@ import math
 import os
 import sys
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -979,10 +978,7 @@ def main():
     p.add_argument("--report", help="markdown report path")
     p.add_argument("--json", help="JSON report path")
     args = p.parse_args()
-    groups = [g for g in args.groups.split(",") if g]
-    unknown = set(groups) - set(GROUPS)
-    if unknown:
-        p.error(f"unknown groups {sorted(unknown)}; choose from {', '.join(GROUPS)}")
+    groups = check_support.parse_groups(p, args.groups, GROUPS)
     hiddens = [int(v) for v in args.hiddens.split(",") if v]
     sizes = [int(v) for v in args.sizes.split(",") if v]
     args.repeats = max(args.repeats, 2)
@@ -1009,18 +1005,7 @@ def main():
              "needs": lambda: needs_group(suite, data, h_big),
              "bad_index": lambda: bad_index_group(suite, data, h_big),
              "graph": lambda: graph_group(suite, data, h_big)}
-    for name in groups:
-        try:
-            parts[name]()
-        except Exception as e:  # set-up of a group failed (e.g. out of memory)
-            traceback.print_exc()
-            suite.setup_failed(f"group {name} aborted", e)
-        try:
-            torch.cuda.synchronize()
-            xj.synchronize()  # a stray bad-index record must not leak into the next group
-        except Exception as e:
-            suite.setup_failed(f"group {name}: synchronize after it", e)
-        torch.cuda.empty_cache()
+    check_support.run_groups(suite, xj, parts, groups)
     meta["seconds"] = round(time.perf_counter() - t0, 1)
     return suite.finish(args, meta)
 

@@ -25,6 +25,7 @@ Groups (--groups):
 Exit status: 0 all passed, 1 a case failed, 2 set-up failed.
 """
 import argparse
+import functools
 import os
 import sys
 import time
@@ -271,7 +272,6 @@ def capture_group(suite, data):
 
 def block_group(suite, data):
     try:
-        import diffusers  # noqa: F401
         from diffusers.models.transformers.transformer_minimax_h3 import MiniMaxH3TransformerBlock
     except ImportError as e:
         suite.record("block", "diffusers MiniMaxH3TransformerBlock", None, f"diffusers not importable: {e}", 0.0)
@@ -330,10 +330,7 @@ def main():
     p.add_argument("--report", help="markdown report path")
     p.add_argument("--json", help="JSON report path")
     args = p.parse_args()
-    groups = [g for g in args.groups.split(",") if g]
-    unknown = set(groups) - set(GROUPS)
-    if unknown:
-        p.error(f"unknown groups {sorted(unknown)}; choose from {', '.join(GROUPS)}")
+    groups = check_support.parse_groups(p, args.groups, GROUPS)
     t0 = time.perf_counter()
     meta = dict(commit=os.environ.get("EXACTJIT_COMMIT", "unknown"), torch=torch.__version__, groups=groups,
                 seed=args.seed)
@@ -344,14 +341,10 @@ def main():
     log(f"exactjit {meta['exactjit']} ({meta['library']}), torch {torch.__version__}, {meta['device']}")
     suite = Suite(xj)
     data = Data(args.seed)
-    run = {"opcheck": opcheck_group, "direct": direct_group, "compile": compile_group, "capture": capture_group,
-           "block": block_group}
-    for group in groups:
-        log(f"== {group}")
-        try:
-            run[group](suite, data)
-        except Exception as e:  # a group whose set-up fails is one failed case; the others still run
-            suite.setup_failed(group, e)
+    parts = {"opcheck": opcheck_group, "direct": direct_group, "compile": compile_group, "capture": capture_group,
+             "block": block_group}
+    check_support.run_groups(suite, xj, {name: functools.partial(part, suite, data) for name, part in parts.items()},
+                             groups)
     meta["seconds"] = round(time.perf_counter() - t0, 1)
     return suite.finish(args, meta)
 

@@ -3,9 +3,9 @@
 Every forward and backward entry point is an operator in the `exactjit` namespace
 (torch.ops.exactjit.gate_residual, ...): a schema, the implementation (the Runtime's raw launch on
 the shared runtime), a fake kernel giving the exact output shapes, dtypes and strides (so
-torch.compile and FakeTensor tracing never touch the GPU), and autograd registered on the forward
-operators, whose backward formulas call the backward operators, so AOTAutograd puts the backward
-into compiled graphs too.
+torch.compile and FakeTensor tracing never touch the GPU), and, on the forward operators, an
+autograd kernel whose backward formulas call the backward operators, so AOTAutograd puts the
+backward into compiled graphs too.
 
 Operators are functional (each allocates what it returns) except gate_residual_out, which writes
 into `out` and says so in its schema (Tensor(a!)). Outputs a caller may not need are still
@@ -16,14 +16,21 @@ returned, as empty tensors, because an operator's outputs are fixed by its schem
 The backward operators allocate their workspace themselves, once per call, from torch's caching
 allocator on the current stream (under CUDA graph capture, from the graph's pool).
 
+NOTE: the operators are registered with the low-level torch.library.Library API rather than
+torch.library.custom_op, and each forward's autograd is one torch.autograd.Function of ours: on
+the H200's host custom_op's generated layers (its autograd Function, the redispatch, a
+torch.compile-disable wrapper around every implementation) cost more than the launches (see
+docs/perf-notes.md). The same Function serves the registered autograd kernel (its forward
+redispatches below autograd with the keyset it was given) and the public functions' eager
+shortcut (keyset None: its forward runs the implementation directly), so there is one backward
+formula per op.
+
 The implementations are registered for every device: a CPU tensor reaches the library, which
 refuses it naming the op and the argument, rather than a "no kernel for CPU" from the dispatcher.
 
 Importing this module imports torch and registers the operators; `import exactjit` does it when
 torch is already imported, otherwise the first op call (or `exactjit.ops`) does.
 """
-from typing import Optional
-
 import torch
 from torch import Tensor
 
@@ -33,29 +40,55 @@ from ._runtime import _import_torch, _require_tensors, default_runtime
 _import_torch()  # the Runtime's raw launches, which the operators call, use the module it sets up
 
 _FLT_EPSILON = torch.finfo(torch.float32).eps  # torch's RMSNorm eps when eps is None
+_LIBRARY = torch.library.Library("exactjit", "DEF")
+_AFTER_AUTOGRAD = torch._C._after_autograd_keyset
+_PLAIN_TYPES = (Tensor, torch.nn.Parameter)
 
-op = torch.library.custom_op
+OPERATORS = {}  # name -> OpOverload of every operator this module defines
 
 
-def _empty(like, dtype=None):
-    """The placeholder for an output that was not asked for."""
-    return like.new_empty((0,), dtype=dtype)
+def _define(schema, impl, fake):
+    """Defines exactjit::<schema> with `impl` for every device and `fake` for tracing; returns
+    its OpOverload."""
+    name = schema.split("(", 1)[0]
+    _LIBRARY.define(schema)
+    _LIBRARY.impl(name, impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"exactjit::{name}", fake, lib=_LIBRARY)
+    OPERATORS[name] = getattr(torch.ops.exactjit, name).default
+    return OPERATORS[name]
+
+
+def _differentiable(overload, function):
+    """Registers `function`, an autograd.Function whose forward takes the dispatch keyset first,
+    as the operator's autograd kernel; without grad it only redispatches below autograd."""
+    def kernel(keyset, *args):
+        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+            return function.apply(keyset, *args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return overload.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+    _LIBRARY.impl(overload._schema.name.split("::")[1], kernel, "Autograd", with_keyset=True)
+
+
+def _below_autograd(keyset, overload, impl, args):
+    """A Function's forward: the implementation itself on the eager shortcut (keyset None), else
+    the operator below autograd."""
+    if keyset is None:
+        return impl(*args)
+    with torch._C._AutoDispatchBelowAutograd():
+        return overload.redispatch(keyset & _AFTER_AUTOGRAD, *args)
 
 
 def _needs_grad(*tensors):
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-_PLAIN_TYPES = (Tensor, torch.nn.Parameter)
-
-
 def _direct(first, *tensors):
-    """True when calling an operator would only run its implementation: eager (not traced by
-    torch.compile), grad mode off or no input requiring grad (the caller's check), no dispatch
-    mode or functorch transform active, plain CUDA tensors (no subclass such as FakeTensor or
-    DTensor, no __torch_function__ override). The callers then run the implementation directly
-    and skip the dispatcher's Python layers, which cost more host time than the launch itself
-    (docs/perf-notes.md); every other case, compiled graphs included, goes through the operator."""
+    """True when the dispatcher would only run the implementation (and the autograd Function):
+    eager (not traced by torch.compile), no dispatch mode or functorch transform active, plain
+    CUDA tensors (no subclass such as FakeTensor or DTensor, no __torch_function__ override).
+    Then the public functions skip the dispatcher's Python layers, which cost more host time
+    than the launch itself (docs/perf-notes.md); every other case, compiled graphs included,
+    goes through the operator."""
     if torch.compiler.is_compiling() or not first.is_cuda:
         return False
     if torch._C._len_torch_dispatch_stack() or torch._C._are_functorch_transforms_active():
@@ -64,72 +97,76 @@ def _direct(first, *tensors):
     return all(type(t) in _PLAIN_TYPES for t in present) and not torch._C._has_torch_function(present)
 
 
-def _run(overload, impl, args, tensors):
-    """overload(*args), or impl(*args) where the operator would add nothing (_direct)."""
-    if not _needs_grad(*tensors) and _direct(*tensors):
-        return impl(*args)
+def _call(overload, impl, args, tensors, function=None, differentiable=()):
+    """One call of an operator from Python: the operator itself, or, where _direct allows, the
+    implementation (no gradient needed) or `function` (an input in `differentiable` requires
+    grad) without the dispatcher."""
+    if _direct(*tensors):
+        if function is not None and _needs_grad(*differentiable):
+            return function.apply(None, *args)
+        if not _needs_grad(*differentiable):
+            return impl(*args)
     return overload(*args)
+
+
+def _empty(like, dtype=None):
+    """The placeholder for an output that was not asked for."""
+    return like.new_empty((0,), dtype=dtype)
 
 
 # --- gate_residual ---------------------------------------------------------------------------------
 
-def _gate_residual_impl(residual: Tensor, gate: Tensor, index: Tensor, y: Tensor) -> Tensor:
+def _gate_residual_impl(residual, gate, index, y):
     return default_runtime()._gate_residual(residual, gate, index, y, None)
 
 
-_gate_residual = op("exactjit::gate_residual", _gate_residual_impl, mutates_args=())
-
-
-@_gate_residual.register_fake
-def _(residual, gate, index, y):
-    return torch.empty_like(residual, memory_format=torch.contiguous_format)
-
-
-def _gate_residual_out_impl(residual: Tensor, gate: Tensor, index: Tensor, y: Tensor, out: Tensor) -> None:
+def _gate_residual_out_impl(residual, gate, index, y, out):
     default_runtime()._gate_residual(residual, gate, index, y, out)
 
 
-_gate_residual_out = op("exactjit::gate_residual_out", _gate_residual_out_impl, mutates_args=("out",))
-
-
-@_gate_residual_out.register_fake
-def _(residual, gate, index, y, out):
-    return None
-
-
-def _gate_residual_backward_impl(grad: Tensor, gate: Tensor, index: Tensor, y: Tensor, need_d_y: bool,
-                            need_d_gate: bool) -> tuple[Tensor, Tensor]:
+def _gate_residual_backward_impl(grad, gate, index, y, need_d_y, need_d_gate):
     d_y, d_gate = default_runtime().gate_residual_backward(grad, gate, index, y, need_d_y=need_d_y,
                                                            need_d_gate=need_d_gate)
     return (d_y if need_d_y else _empty(y)), (d_gate if need_d_gate else _empty(gate))
 
 
-_gate_residual_backward = op("exactjit::gate_residual_backward", _gate_residual_backward_impl, mutates_args=())
-
-
-@_gate_residual_backward.register_fake
-def _(grad, gate, index, y, need_d_y, need_d_gate):
+def _gate_residual_backward_fake(grad, gate, index, y, need_d_y, need_d_gate):
     d_y = torch.empty_like(y, memory_format=torch.contiguous_format) if need_d_y else _empty(y)
     d_gate = gate.new_empty(gate.shape) if need_d_gate else _empty(gate)
     return d_y, d_gate
 
 
-def _gate_residual_setup(ctx, inputs, output):
-    _, gate, index, y = inputs
-    ctx.save_for_backward(gate, index, y)
+GATE_RESIDUAL = _define("gate_residual(Tensor residual, Tensor gate, Tensor index, Tensor y) -> Tensor",
+                        _gate_residual_impl,
+                        lambda residual, gate, index, y: torch.empty_like(residual,
+                                                                          memory_format=torch.contiguous_format))
+GATE_RESIDUAL_OUT = _define("gate_residual_out(Tensor residual, Tensor gate, Tensor index, Tensor y, "
+                            "Tensor(a!) out) -> ()", _gate_residual_out_impl, lambda *args: None)
+GATE_RESIDUAL_BACKWARD = _define("gate_residual_backward(Tensor grad, Tensor gate, Tensor index, Tensor y, "
+                                 "bool need_d_y, bool need_d_gate) -> (Tensor, Tensor)",
+                                 _gate_residual_backward_impl, _gate_residual_backward_fake)
 
 
-def _gate_residual_grad(ctx, grad):
-    need_residual, need_gate, _, need_y = ctx.needs_input_grad
-    d_y = d_gate = None
-    if need_gate or need_y:
-        gate, index, y = ctx.saved_tensors
-        d_y, d_gate = _run(torch.ops.exactjit.gate_residual_backward.default, _gate_residual_backward_impl,
-                           (grad, gate, index, y, need_y, need_gate), (grad, gate, index, y))
-    return (grad if need_residual else None), (d_gate if need_gate else None), None, (d_y if need_y else None)
+class _GateResidual(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, keyset, residual, gate, index, y):
+        out = _below_autograd(keyset, GATE_RESIDUAL, _gate_residual_impl, (residual, gate, index, y))
+        ctx.save_for_backward(gate, index, y)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        _, need_residual, need_gate, _, need_y = ctx.needs_input_grad
+        d_y = d_gate = None
+        if need_gate or need_y:
+            gate, index, y = ctx.saved_tensors
+            d_y, d_gate = _call(GATE_RESIDUAL_BACKWARD, _gate_residual_backward_impl,
+                                (grad, gate, index, y, need_y, need_gate), (grad, gate, index, y))
+        return (None, grad if need_residual else None, d_gate if need_gate else None, None,
+                d_y if need_y else None)
 
 
-_gate_residual.register_autograd(_gate_residual_grad, setup_context=_gate_residual_setup)
+_differentiable(GATE_RESIDUAL, _GateResidual)
 
 
 def gate_residual(residual, gate, index, y, *, out=None):
@@ -137,63 +174,57 @@ def gate_residual(residual, gate, index, y, *, out=None):
     argument rules). Differentiable in residual, gate (through its view: the table gets the
     gradient) and y; out= only without autograd, as torch's own out= ops."""
     _require_tensors(torch, "gate_residual", residual=residual, gate=gate, index=index, y=y)
+    args = (residual, gate, index, y)
     if out is None:
-        return _run(torch.ops.exactjit.gate_residual.default, _gate_residual_impl, (residual, gate, index, y),
-                    (residual, gate, index, y))
+        return _call(GATE_RESIDUAL, _gate_residual_impl, args, args, _GateResidual, (residual, gate, y))
     if not isinstance(out, Tensor):
         raise invalid_argument(f"gate_residual: out must be a torch.Tensor, got {type(out).__name__}")
     if _needs_grad(residual, gate, y):
         raise invalid_argument("gate_residual: out= is not differentiable; an input requires grad, so leave out "
                                "unset, or call it under torch.no_grad()")
-    _run(torch.ops.exactjit.gate_residual_out.default, _gate_residual_out_impl, (residual, gate, index, y, out),
-         (residual, gate, index, y, out))
+    _call(GATE_RESIDUAL_OUT, _gate_residual_out_impl, args + (out,), args + (out,))
     return out
 
 
 # --- adaln_row_gather ------------------------------------------------------------------------------
 
-def _adaln_row_gather_impl(rows: Tensor, timestep_indices: Tensor, token_tags: Tensor) -> Tensor:
+def _adaln_row_gather_impl(rows, timestep_indices, token_tags):
     return default_runtime()._adaln_row_gather(rows, timestep_indices, token_tags)
 
 
-_adaln_row_gather = op("exactjit::adaln_row_gather", _adaln_row_gather_impl, mutates_args=())
-
-
-@_adaln_row_gather.register_fake
-def _(rows, timestep_indices, token_tags):
-    return rows.new_empty((6, timestep_indices.shape[0], rows.shape[1] // 6))
-
-
-def _adaln_row_gather_backward_impl(grad: Tensor, timestep_indices: Tensor, token_tags: Tensor, table_rows: int,
-                               dtype: torch.dtype) -> Tensor:
+def _adaln_row_gather_backward_impl(grad, timestep_indices, token_tags, table_rows, dtype):
     return default_runtime().adaln_row_gather_backward(grad, timestep_indices, token_tags, table_rows, dtype=dtype)
 
 
-_adaln_row_gather_backward = op("exactjit::adaln_row_gather_backward", _adaln_row_gather_backward_impl, mutates_args=())
+ADALN_ROW_GATHER = _define(
+    "adaln_row_gather(Tensor rows, Tensor timestep_indices, Tensor token_tags) -> Tensor", _adaln_row_gather_impl,
+    lambda rows, timestep_indices, token_tags: rows.new_empty((6, timestep_indices.shape[0], rows.shape[1] // 6)))
+ADALN_ROW_GATHER_BACKWARD = _define(
+    "adaln_row_gather_backward(Tensor grad, Tensor timestep_indices, Tensor token_tags, SymInt table_rows, "
+    "ScalarType dtype) -> Tensor", _adaln_row_gather_backward_impl,
+    lambda grad, ti, tags, table_rows, dtype: grad.new_empty((table_rows, 6 * grad.shape[2]), dtype=dtype))
 
 
-@_adaln_row_gather_backward.register_fake
-def _(grad, timestep_indices, token_tags, table_rows, dtype):
-    return grad.new_empty((table_rows, 6 * grad.shape[2]), dtype=dtype)
+class _AdalnRowGather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, keyset, rows, timestep_indices, token_tags):
+        out = _below_autograd(keyset, ADALN_ROW_GATHER, _adaln_row_gather_impl, (rows, timestep_indices, token_tags))
+        ctx.table_rows, ctx.rows_dtype = rows.shape[0], rows.dtype
+        ctx.save_for_backward(timestep_indices, token_tags)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not ctx.needs_input_grad[1]:
+            return None, None, None, None
+        timestep_indices, token_tags = ctx.saved_tensors
+        d_rows = _call(ADALN_ROW_GATHER_BACKWARD, _adaln_row_gather_backward_impl,
+                       (grad, timestep_indices, token_tags, ctx.table_rows, ctx.rows_dtype),
+                       (grad, timestep_indices, token_tags))
+        return None, d_rows, None, None
 
 
-def _adaln_row_gather_setup(ctx, inputs, output):
-    rows, timestep_indices, token_tags = inputs
-    ctx.table_rows, ctx.rows_dtype = rows.shape[0], rows.dtype
-    ctx.save_for_backward(timestep_indices, token_tags)
-
-
-def _adaln_row_gather_grad(ctx, grad):
-    if not ctx.needs_input_grad[0]:
-        return None, None, None
-    timestep_indices, token_tags = ctx.saved_tensors
-    d_rows = _run(torch.ops.exactjit.adaln_row_gather_backward.default, _adaln_row_gather_backward_impl,
-                  (grad, timestep_indices, token_tags, ctx.table_rows, ctx.rows_dtype),
-                  (grad, timestep_indices, token_tags))
-    return d_rows, None, None
-
-
-_adaln_row_gather.register_autograd(_adaln_row_gather_grad, setup_context=_adaln_row_gather_setup)
+_differentiable(ADALN_ROW_GATHER, _AdalnRowGather)
 
 
 def adaln_row_gather(rows, timestep_indices, token_tags):
@@ -206,31 +237,25 @@ def adaln_row_gather(rows, timestep_indices, token_tags):
         raise invalid_argument(f"adaln_row_gather: rows must be (3T, 6H) and timestep_indices (S,) "
                                f"(got {tuple(rows.shape)} and {tuple(timestep_indices.shape)})")
     args = (rows, timestep_indices, token_tags)
-    return tuple(_run(torch.ops.exactjit.adaln_row_gather.default, _adaln_row_gather_impl, args, args).unbind(0))
+    return tuple(_call(ADALN_ROW_GATHER, _adaln_row_gather_impl, args, args, _AdalnRowGather, (rows,)).unbind(0))
 
 
 # --- rms_norm --------------------------------------------------------------------------------------
 
-def _rms_norm_impl(x: Tensor, weight: Optional[Tensor], eps: float, shift: Optional[Tensor], scale: Optional[Tensor],
-              index: Optional[Tensor], compute_rstd: bool) -> tuple[Tensor, Tensor]:
+def _rms_norm_impl(x, weight, eps, shift, scale, index, compute_rstd):
     if compute_rstd:
         return default_runtime()._rms_norm(x, weight, eps, shift, scale, index, True)
     return default_runtime()._rms_norm(x, weight, eps, shift, scale, index, False), _empty(x, torch.float32)
 
 
-_rms_norm = op("exactjit::rms_norm", _rms_norm_impl, mutates_args=())
-
-
-@_rms_norm.register_fake
-def _(x, weight, eps, shift, scale, index, compute_rstd):
+def _rms_norm_fake(x, weight, eps, shift, scale, index, compute_rstd):
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     rstd = x.new_empty(x.shape[:-1], dtype=torch.float32) if compute_rstd else _empty(x, torch.float32)
     return out, rstd
 
 
-def _rms_norm_backward_impl(grad: Tensor, x: Tensor, weight: Optional[Tensor], scale: Optional[Tensor],
-                       index: Optional[Tensor], rstd: Tensor, eps: float, need_dx: bool, need_dweight: bool,
-                       need_dshift: bool, need_dscale: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _rms_norm_backward_impl(grad, x, weight, scale, index, rstd, eps, need_dx, need_dweight, need_dshift,
+                            need_dscale):
     dx, dweight, dshift, dscale = default_runtime().rms_norm_backward(
         grad, x, weight, rstd, eps, scale=scale, index=index, need_dx=need_dx, need_dweight=need_dweight,
         need_dshift=need_dshift, need_dscale=need_dscale)
@@ -238,11 +263,8 @@ def _rms_norm_backward_impl(grad: Tensor, x: Tensor, weight: Optional[Tensor], s
             dshift if need_dshift else _empty(x), dscale if need_dscale else _empty(x))
 
 
-_rms_norm_backward = op("exactjit::rms_norm_backward", _rms_norm_backward_impl, mutates_args=())
-
-
-@_rms_norm_backward.register_fake
-def _(grad, x, weight, scale, index, rstd, eps, need_dx, need_dweight, need_dshift, need_dscale):
+def _rms_norm_backward_fake(grad, x, weight, scale, index, rstd, eps, need_dx, need_dweight, need_dshift,
+                            need_dscale):
     dx = torch.empty_like(x, memory_format=torch.contiguous_format) if need_dx else _empty(x)
     dweight = weight.new_empty(weight.shape) if need_dweight else _empty(x)
     dshift = scale.new_empty(scale.shape) if need_dshift else _empty(x)
@@ -250,31 +272,41 @@ def _(grad, x, weight, scale, index, rstd, eps, need_dx, need_dweight, need_dshi
     return dx, dweight, dshift, dscale
 
 
-def _rms_norm_setup(ctx, inputs, output):
-    x, weight, eps, _, scale, index, compute_rstd = inputs
-    if not compute_rstd:
-        raise invalid_argument("rms_norm: an input requires grad but compute_rstd is False; the backward needs "
-                               "rstd (exactjit.rms_norm asks for it itself)")
-    rstd = output[1]
-    ctx.mark_non_differentiable(rstd)
-    ctx.eps = eps
-    ctx.save_for_backward(x, weight, scale, index, rstd)
+RMS_NORM = _define("rms_norm(Tensor x, Tensor? weight, float eps, Tensor? shift, Tensor? scale, Tensor? index, "
+                   "bool compute_rstd) -> (Tensor, Tensor)", _rms_norm_impl, _rms_norm_fake)
+RMS_NORM_BACKWARD = _define(
+    "rms_norm_backward(Tensor grad, Tensor x, Tensor? weight, Tensor? scale, Tensor? index, Tensor rstd, "
+    "float eps, bool need_dx, bool need_dweight, bool need_dshift, bool need_dscale) -> (Tensor, Tensor, Tensor, "
+    "Tensor)", _rms_norm_backward_impl, _rms_norm_backward_fake)
 
 
-def _rms_norm_grad(ctx, grad, _grad_rstd):
-    need_x, need_weight, _, need_shift, need_scale, _, _ = ctx.needs_input_grad
-    if not (need_x or need_weight or need_shift or need_scale):
-        return (None,) * 7
-    x, weight, scale, index, rstd = ctx.saved_tensors
-    dx, dweight, dshift, dscale = _run(
-        torch.ops.exactjit.rms_norm_backward.default, _rms_norm_backward_impl,
-        (grad, x, weight, scale, index, rstd, ctx.eps, need_x, need_weight, need_shift, need_scale),
-        (grad, x, weight, scale, index, rstd))
-    return ((dx if need_x else None), (dweight if need_weight else None), None, (dshift if need_shift else None),
-            (dscale if need_scale else None), None, None)
+class _RmsNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, keyset, x, weight, eps, shift, scale, index, compute_rstd):
+        if not compute_rstd:
+            raise invalid_argument("rms_norm: an input requires grad but compute_rstd is False; the backward "
+                                   "needs rstd (exactjit.rms_norm asks for it itself)")
+        out, rstd = _below_autograd(keyset, RMS_NORM, _rms_norm_impl, (x, weight, eps, shift, scale, index, True))
+        ctx.mark_non_differentiable(rstd)
+        ctx.eps = eps
+        ctx.save_for_backward(x, weight, scale, index, rstd)
+        return out, rstd
+
+    @staticmethod
+    def backward(ctx, grad, _grad_rstd):
+        _, need_x, need_weight, _, need_shift, need_scale, _, _ = ctx.needs_input_grad
+        if not (need_x or need_weight or need_shift or need_scale):
+            return (None,) * 8
+        x, weight, scale, index, rstd = ctx.saved_tensors
+        dx, dweight, dshift, dscale = _call(
+            RMS_NORM_BACKWARD, _rms_norm_backward_impl,
+            (grad, x, weight, scale, index, rstd, ctx.eps, need_x, need_weight, need_shift, need_scale),
+            (grad, x, weight, scale, index, rstd))
+        return (None, dx if need_x else None, dweight if need_weight else None, None, dshift if need_shift else None,
+                dscale if need_scale else None, None, None)
 
 
-_rms_norm.register_autograd(_rms_norm_grad, setup_context=_rms_norm_setup)
+_differentiable(RMS_NORM, _RmsNorm)
 
 
 def rms_norm(x, weight, eps, shift=None, scale=None, index=None, return_rstd=False):
@@ -287,58 +319,56 @@ def rms_norm(x, weight, eps, shift=None, scale=None, index=None, return_rstd=Fal
     for name, value in (("weight", weight), ("shift", shift), ("scale", scale), ("index", index)):
         if value is not None and not isinstance(value, Tensor):
             raise invalid_argument(f"rms_norm: {name} must be a torch.Tensor or None, got {type(value).__name__}")
-    compute_rstd = bool(return_rstd) or _needs_grad(x, weight, shift, scale)
+    differentiable = (x, weight, shift, scale)
+    compute_rstd = bool(return_rstd) or _needs_grad(*differentiable)
     args = (x, weight, _FLT_EPSILON if eps is None else float(eps), shift, scale, index, compute_rstd)
-    out, rstd = _run(torch.ops.exactjit.rms_norm.default, _rms_norm_impl, args, (x, weight, shift, scale, index))
+    out, rstd = _call(RMS_NORM, _rms_norm_impl, args, (x, weight, shift, scale, index), _RmsNorm, differentiable)
     return (out, rstd) if return_rstd else out
 
 
 # --- timestep_sinusoid -----------------------------------------------------------------------------
 
-def _timestep_sinusoid_impl(t: Tensor, num_channels: int, max_period: float, flip_sin_to_cos: bool,
-                       downscale_freq_shift: float, scale: float, check_range: bool) -> Tensor:
+def _timestep_sinusoid_impl(t, num_channels, max_period, flip_sin_to_cos, downscale_freq_shift, scale,
+                            check_range):
     return default_runtime()._timestep_sinusoid(t, num_channels, max_period, flip_sin_to_cos, downscale_freq_shift,
                                                 scale, check_range)
 
 
-_timestep_sinusoid = op("exactjit::timestep_sinusoid", _timestep_sinusoid_impl, mutates_args=())
-
-
-@_timestep_sinusoid.register_fake
-def _(t, num_channels, max_period, flip_sin_to_cos, downscale_freq_shift, scale, check_range):
-    return t.new_empty((t.shape[0], num_channels), dtype=torch.float32)
-
-
-def _timestep_sinusoid_backward_impl(t: Tensor, grad: Tensor, max_period: float, flip_sin_to_cos: bool,
-                                downscale_freq_shift: float, scale: float) -> Tensor:
+def _timestep_sinusoid_backward_impl(t, grad, max_period, flip_sin_to_cos, downscale_freq_shift, scale):
     return default_runtime().timestep_sinusoid_backward(t, grad, max_period, flip_sin_to_cos, downscale_freq_shift,
                                                         scale)
 
 
-_timestep_sinusoid_backward = op("exactjit::timestep_sinusoid_backward", _timestep_sinusoid_backward_impl, mutates_args=())
+TIMESTEP_SINUSOID = _define(
+    "timestep_sinusoid(Tensor t, SymInt num_channels, float max_period, bool flip_sin_to_cos, "
+    "float downscale_freq_shift, float scale, bool check_range) -> Tensor", _timestep_sinusoid_impl,
+    lambda t, num_channels, *params: t.new_empty((t.shape[0], num_channels), dtype=torch.float32))
+TIMESTEP_SINUSOID_BACKWARD = _define(
+    "timestep_sinusoid_backward(Tensor t, Tensor grad, float max_period, bool flip_sin_to_cos, "
+    "float downscale_freq_shift, float scale) -> Tensor", _timestep_sinusoid_backward_impl,
+    lambda t, grad, *params: t.new_empty((t.shape[0],), dtype=torch.float32))
 
 
-@_timestep_sinusoid_backward.register_fake
-def _(t, grad, max_period, flip_sin_to_cos, downscale_freq_shift, scale):
-    return t.new_empty((t.shape[0],), dtype=torch.float32)
+class _TimestepSinusoid(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, keyset, t, num_channels, max_period, flip_sin_to_cos, downscale_freq_shift, scale, check_range):
+        args = (t, num_channels, max_period, flip_sin_to_cos, downscale_freq_shift, scale, check_range)
+        out = _below_autograd(keyset, TIMESTEP_SINUSOID, _timestep_sinusoid_impl, args)
+        ctx.params = (max_period, flip_sin_to_cos, downscale_freq_shift, scale)
+        ctx.save_for_backward(t)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not ctx.needs_input_grad[1]:
+            return (None,) * 8
+        (t,) = ctx.saved_tensors
+        d_t = _call(TIMESTEP_SINUSOID_BACKWARD, _timestep_sinusoid_backward_impl, (t, grad) + ctx.params,
+                    (t, grad))  # float32
+        return (None, d_t.to(t.dtype)) + (None,) * 6
 
 
-def _timestep_sinusoid_setup(ctx, inputs, output):
-    t, _, max_period, flip_sin_to_cos, downscale_freq_shift, scale, _ = inputs
-    ctx.params = (max_period, flip_sin_to_cos, downscale_freq_shift, scale)
-    ctx.save_for_backward(t)
-
-
-def _timestep_sinusoid_grad(ctx, grad):
-    if not ctx.needs_input_grad[0]:
-        return (None,) * 7
-    (t,) = ctx.saved_tensors
-    d_t = _run(torch.ops.exactjit.timestep_sinusoid_backward.default, _timestep_sinusoid_backward_impl,
-               (t, grad) + ctx.params, (t, grad))  # float32
-    return (d_t.to(t.dtype),) + (None,) * 6
-
-
-_timestep_sinusoid.register_autograd(_timestep_sinusoid_grad, setup_context=_timestep_sinusoid_setup)
+_differentiable(TIMESTEP_SINUSOID, _TimestepSinusoid)
 
 
 def timestep_sinusoid(t, num_channels=256, max_period=10000, flip_sin_to_cos=True, downscale_freq_shift=0,
@@ -351,30 +381,24 @@ def timestep_sinusoid(t, num_channels=256, max_period=10000, flip_sin_to_cos=Tru
         raise invalid_argument(f"timestep_sinusoid: t must be 1-D (T,), got shape {tuple(t.shape)}")
     args = (t, int(num_channels), float(max_period), bool(flip_sin_to_cos), float(downscale_freq_shift), float(scale),
             bool(check_range))
-    return _run(torch.ops.exactjit.timestep_sinusoid.default, _timestep_sinusoid_impl, args, (t,))
+    return _call(TIMESTEP_SINUSOID, _timestep_sinusoid_impl, args, (t,), _TimestepSinusoid, (t,))
 
 
 # --- det_linear ------------------------------------------------------------------------------------
 
-def _det_linear_impl(x: Tensor, weight: Tensor, bias: Optional[Tensor], silu: bool,
-                compute_pre: bool) -> tuple[Tensor, Tensor]:
+def _det_linear_impl(x, weight, bias, silu, compute_pre):
     out, pre = default_runtime()._det_linear(x, weight, bias, silu, compute_pre)
     return out, (pre if compute_pre else _empty(out, torch.float32))
 
 
-_det_linear = op("exactjit::det_linear", _det_linear_impl, mutates_args=())
-
-
-@_det_linear.register_fake
-def _(x, weight, bias, silu, compute_pre):
+def _det_linear_fake(x, weight, bias, silu, compute_pre):
     out = x.new_empty((x.shape[0], weight.shape[0]), dtype=weight.dtype)
-    pre = x.new_empty((x.shape[0], weight.shape[0]), dtype=torch.float32) if compute_pre else _empty(
-        out, torch.float32)
+    pre = (x.new_empty((x.shape[0], weight.shape[0]), dtype=torch.float32) if compute_pre
+           else _empty(out, torch.float32))
     return out, pre
 
 
-def _det_linear_backward_impl(grad: Tensor, x: Tensor, weight: Tensor, pre_activation: Optional[Tensor], silu: bool,
-                         need_input: bool, need_weight: bool, need_bias: bool) -> tuple[Tensor, Tensor, Tensor]:
+def _det_linear_backward_impl(grad, x, weight, pre_activation, silu, need_input, need_weight, need_bias):
     d_input, d_weight, d_bias = default_runtime().det_linear_backward(
         grad, x, weight, pre_activation, silu=silu, need_input=need_input, need_weight=need_weight,
         need_bias=need_bias)
@@ -382,11 +406,7 @@ def _det_linear_backward_impl(grad: Tensor, x: Tensor, weight: Tensor, pre_activ
             d_bias if need_bias else _empty(weight))
 
 
-_det_linear_backward = op("exactjit::det_linear_backward", _det_linear_backward_impl, mutates_args=())
-
-
-@_det_linear_backward.register_fake
-def _(grad, x, weight, pre_activation, silu, need_input, need_weight, need_bias):
+def _det_linear_backward_fake(grad, x, weight, pre_activation, silu, need_input, need_weight, need_bias):
     grad_dtype = weight.dtype if weight.dtype == torch.bfloat16 else torch.float32
     d_input = x.new_empty(x.shape, dtype=torch.float32) if need_input else _empty(x, torch.float32)
     d_weight = weight.new_empty(weight.shape, dtype=grad_dtype) if need_weight else _empty(weight)
@@ -394,42 +414,54 @@ def _(grad, x, weight, pre_activation, silu, need_input, need_weight, need_bias)
     return d_input, d_weight, d_bias
 
 
-def _det_linear_setup(ctx, inputs, output):
-    x, weight, bias, silu, compute_pre = inputs
-    fp32 = weight.dtype == torch.float32
-    if fp32 and silu and not compute_pre:
-        raise invalid_argument("det_linear: an input requires grad but compute_pre is False; the float32 SiLU "
-                               "backward needs the pre-activation (exactjit.det_linear asks for it itself)")
-    ctx.mark_non_differentiable(output[1])
-    ctx.silu, ctx.has_bias, ctx.x_dtype = silu, bias is not None, x.dtype
-    # float32 weights: SiLU's derivative from the saved pre-activation; bfloat16 (the AdaLN
-    # projection): the backward recomputes it from x, the fp32 temb before SiLU and the cast.
-    ctx.save_for_backward(x, weight, output[1] if fp32 and silu else None)
+DET_LINEAR = _define("det_linear(Tensor x, Tensor weight, Tensor? bias, bool silu, bool compute_pre) -> "
+                     "(Tensor, Tensor)", _det_linear_impl, _det_linear_fake)
+DET_LINEAR_BACKWARD = _define(
+    "det_linear_backward(Tensor grad, Tensor x, Tensor weight, Tensor? pre_activation, bool silu, bool need_input, "
+    "bool need_weight, bool need_bias) -> (Tensor, Tensor, Tensor)", _det_linear_backward_impl,
+    _det_linear_backward_fake)
 
 
-def _det_linear_grad(ctx, grad, _grad_pre):
-    need_x, need_weight, need_bias, _, _ = ctx.needs_input_grad
-    need_bias = need_bias and ctx.has_bias
-    if not (need_x or need_weight or need_bias):
-        return (None,) * 5
-    x, weight, pre = ctx.saved_tensors
-    d_x, d_w, d_b = _run(torch.ops.exactjit.det_linear_backward.default, _det_linear_backward_impl,
-                         (grad, x, weight, pre, ctx.silu, need_x, need_weight, need_bias), (grad, x, weight, pre))
-    return ((d_x.to(ctx.x_dtype) if need_x else None), (d_w if need_weight else None), (d_b if need_bias else None),
-            None, None)
+class _DetLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, keyset, x, weight, bias, silu, compute_pre):
+        fp32 = weight.dtype == torch.float32
+        if fp32 and silu and not compute_pre:
+            raise invalid_argument("det_linear: an input requires grad but compute_pre is False; the float32 SiLU "
+                                   "backward needs the pre-activation (exactjit.det_linear asks for it itself)")
+        out, pre = _below_autograd(keyset, DET_LINEAR, _det_linear_impl, (x, weight, bias, silu, compute_pre))
+        ctx.mark_non_differentiable(pre)
+        ctx.silu, ctx.has_bias, ctx.x_dtype = silu, bias is not None, x.dtype
+        # float32 weights: SiLU's derivative from the saved pre-activation; bfloat16 (the AdaLN
+        # projection): the backward recomputes it from x, the fp32 temb before SiLU and the cast.
+        ctx.save_for_backward(x, weight, pre if fp32 and silu else None)
+        return out, pre
+
+    @staticmethod
+    def backward(ctx, grad, _grad_pre):
+        _, need_x, need_weight, need_bias, _, _ = ctx.needs_input_grad
+        need_bias = need_bias and ctx.has_bias
+        if not (need_x or need_weight or need_bias):
+            return (None,) * 6
+        x, weight, pre = ctx.saved_tensors
+        d_x, d_w, d_b = _call(DET_LINEAR_BACKWARD, _det_linear_backward_impl,
+                              (grad, x, weight, pre, ctx.silu, need_x, need_weight, need_bias), (grad, x, weight, pre))
+        return (None, d_x.to(ctx.x_dtype) if need_x else None, d_w if need_weight else None,
+                d_b if need_bias else None, None, None)
 
 
-_det_linear.register_autograd(_det_linear_grad, setup_context=_det_linear_setup)
+_differentiable(DET_LINEAR, _DetLinear)
 
 
 def det_linear(x, weight, bias=None, *, silu=False, return_pre_activation=False):
     """act(x @ weight.T + bias) in a fixed, batch-invariant order (Runtime.det_linear has the rules).
     Differentiable in x, weight and bias for T <= 8 (the backward's row limit)."""
     _require_tensors(torch, "det_linear", x=x, weight=weight)
+    differentiable = (x, weight, bias)
     compute_pre = bool(return_pre_activation) or (
-        bool(silu) and weight.dtype == torch.float32 and _needs_grad(x, weight, bias))
+        bool(silu) and weight.dtype == torch.float32 and _needs_grad(*differentiable))
     args = (x, weight, bias, bool(silu), compute_pre)
-    out, pre = _run(torch.ops.exactjit.det_linear.default, _det_linear_impl, args, (x, weight, bias))
+    out, pre = _call(DET_LINEAR, _det_linear_impl, args, differentiable, _DetLinear, differentiable)
     return (out, pre) if return_pre_activation else out
 
 
@@ -444,14 +476,3 @@ def adaln_projection(temb, weight, bias, *, silu=True):
     weights on tensor cores (the SiLU and the cast fused into the GEMV): (T, 18H) for a block,
     (T, 2H) for the final norm. Differentiable in temb, weight and bias for T <= 8."""
     return det_linear(temb, weight, bias, silu=silu)
-
-
-# Every operator this module registers: name -> the CustomOpDef (tests run opcheck over them).
-OPERATORS = {
-    "gate_residual": _gate_residual, "gate_residual_out": _gate_residual_out,
-    "gate_residual_backward": _gate_residual_backward,
-    "adaln_row_gather": _adaln_row_gather, "adaln_row_gather_backward": _adaln_row_gather_backward,
-    "rms_norm": _rms_norm, "rms_norm_backward": _rms_norm_backward,
-    "timestep_sinusoid": _timestep_sinusoid, "timestep_sinusoid_backward": _timestep_sinusoid_backward,
-    "det_linear": _det_linear, "det_linear_backward": _det_linear_backward,
-}

@@ -27,7 +27,7 @@ META = "meta"
 SCHEMAS = {
     "gate_residual": "exactjit::gate_residual(Tensor residual, Tensor gate, Tensor index, Tensor y) -> Tensor",
     "gate_residual_out": "exactjit::gate_residual_out(Tensor residual, Tensor gate, Tensor index, Tensor y, "
-                         "Tensor(a4!) out) -> ()",
+                         "Tensor(a!) out) -> ()",
     "gate_residual_backward": "exactjit::gate_residual_backward(Tensor grad, Tensor gate, Tensor index, Tensor y, "
                               "bool need_d_y, bool need_d_gate) -> (Tensor, Tensor)",
     "adaln_row_gather": "exactjit::adaln_row_gather(Tensor rows, Tensor timestep_indices, Tensor token_tags) "
@@ -116,7 +116,7 @@ class Operators(unittest.TestCase):
         tab = table(grad=True)
         index = torch.zeros(S, device=META, dtype=torch.int64)
         out = chain(x, tab, weight, index, y)
-        self.assertIn("exactjit_gate_residual", type(out.grad_fn).__name__)
+        self.assertIn("GateResidual", type(out.grad_fn).__name__)
         out.sum().backward()
         for name, tensor in (("x", x), ("y", y), ("weight", weight), ("table", tab)):
             self.assertIsNotNone(tensor.grad, name)

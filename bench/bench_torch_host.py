@@ -164,6 +164,11 @@ def training_cases(xj, inp):
         "gate_residual_backward": {
             "raw": lambda: rt.gate_residual_backward(grad, gate.detach(), idx, y.detach()),
         },
+        # The floor any fwd+bwd step pays here: one eager op and its backward through the autograd
+        # engine (which hands CUDA work to its device thread and waits for it).
+        "x * 2 fwd+bwd (autograd floor)": {
+            "eager": lambda: torch.autograd.grad(x * 2, (x,), grad),
+        },
         "rms_norm+mod fwd+bwd": {
             "public": rms_step(lambda x, w, shift, scale: xj.rms_norm(x, w, EPS, shift=shift, scale=scale, index=idx)),
             "eager": rms_step(rms_eager),

@@ -5,17 +5,21 @@
 #include "kernels/catalog.hpp"
 #include "kernels/det_linear.hpp"
 #include "kernels/det_linear_backward.hpp"
+#include "runtime/bounded_input.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/errors.hpp"
 
 #include <fmt/format.h>
 #include <llvm/Support/JSON.h>
-#include <llvm/Support/MemoryBuffer.h>
+
+#include <unordered_set>
 
 namespace exactjit::cli {
 namespace {
 
 llvm::Error usage(const std::string& message) { return make_error(ErrorCode::InvalidArgument, message); }
+
+constexpr uint64_t kMaxManifestBytes = 16 << 20;  // a prewarm manifest: thousands of specs fit
 
 struct FamilyRequest {
   std::string op = "gate_residual";
@@ -111,10 +115,10 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
 }
 
 llvm::Expected<std::vector<FamilyRequest>> read_manifest(const std::string& file) {
-  auto buffer = llvm::MemoryBuffer::getFile(file);
-  if (!buffer) return usage(fmt::format("cannot read manifest {}: {}", file, buffer.getError().message()));
-  auto parsed = llvm::json::parse((*buffer)->getBuffer());
-  if (!parsed) return usage(fmt::format("manifest {} is not JSON: {}", file, llvm::toString(parsed.takeError())));
+  auto text = read_bounded_file(file, kMaxManifestBytes);
+  if (!text) return usage(fmt::format("cannot read manifest: {}", take_error(text.takeError()).message));
+  auto parsed = parse_bounded_json(*text, "manifest " + file);
+  if (!parsed) return usage(take_error(parsed.takeError()).message);
   const llvm::json::Array* list = parsed->getAsArray();
   if (!list) return usage(fmt::format("manifest {} must be a JSON array of spec objects", file));
   std::vector<FamilyRequest> requests;
@@ -177,10 +181,12 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
     auto requests = read_manifest(manifest_flag);
     if (!requests) return requests.takeError();
     std::vector<KernelSpec> specs;
+    std::unordered_set<KernelSpec, KernelSpecHash> seen;  // a spec listed twice is built once
     for (const FamilyRequest& request : *requests) {
       auto family = expand(request, *target);
       if (!family) return family.takeError();
-      specs.insert(specs.end(), family->begin(), family->end());
+      for (const KernelSpec& spec : *family)
+        if (seen.insert(spec).second) specs.push_back(spec);
     }
     return specs;
   }

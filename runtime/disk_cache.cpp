@@ -3,6 +3,7 @@
 
 #include "codegen/digest.hpp"
 #include "codegen/render.hpp"
+#include "runtime/bounded_input.hpp"
 #include "runtime/content_key.hpp"
 #include "runtime/errors.hpp"
 
@@ -12,7 +13,6 @@
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/FormatVariadic.h>
 #include <llvm/Support/JSON.h>
-#include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/Path.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -33,6 +33,11 @@ constexpr const char* kSourceFile = "kernel.cu";
 constexpr const char* kCubinFile = "kernel.cubin";
 constexpr const char* kPtxFile = "kernel.ptx";
 constexpr auto kAbandonedAfter = std::chrono::hours(1);
+// Caps on what a reader takes from an entry, checked before reading: far above any real entry
+// (manifests are a few KB, sources under 100 KB, images under a few MB), far below harm.
+constexpr uint64_t kMaxManifestBytes = 1 << 20;
+constexpr uint64_t kMaxSourceBytes = 16 << 20;
+constexpr uint64_t kMaxImageBytes = 256 << 20;
 
 std::string join_path(llvm::StringRef a, llvm::StringRef b) {
   llvm::SmallString<256> joined(a);
@@ -46,10 +51,29 @@ std::string entry_folder_name(const std::string& compiler_tag, const std::string
   return compiler_tag + "-" + content_key.substr(0, 16);
 }
 
-llvm::Expected<std::string> read_file(const std::string& file) {
-  auto buffer = llvm::MemoryBuffer::getFile(file, /*IsText=*/false, /*RequiresNullTerminator=*/false);
-  if (!buffer) return make_error(ErrorCode::Io, fmt::format("cannot read {}: {}", file, buffer.getError().message()));
-  return std::string((*buffer)->getBuffer());
+bool is_link(const std::string& file) {
+  fs::file_status st;
+  return !fs::status(file, st, /*Follow=*/false) && st.type() == fs::file_type::symlink_file;
+}
+
+// An entry folder's name: <compiler tag>-<16 hex digits>. Nothing else is ever deleted as an entry.
+bool looks_like_entry(llvm::StringRef name) {
+  if (name.size() < 18 || name[name.size() - 17] != '-') return false;
+  return llvm::all_of(name.take_back(16), [](char c) { return llvm::isHexDigit(c); });
+}
+
+struct Problem {
+  std::string message;
+  bool transient = false;  ///< a failed read (EACCES, EMFILE, EIO...), not a bad entry
+};
+
+Problem describe(llvm::Error error) {
+  Problem problem;
+  llvm::handleAllErrors(std::move(error), [&](const llvm::ErrorInfoBase& info) {
+    problem.message = info.message();
+    problem.transient = is_transient_read_error(info.convertToErrorCode());
+  });
+  return problem;
 }
 
 // Writes a whole file and flushes it to stable storage before the entry is renamed in.
@@ -94,11 +118,13 @@ std::string utc_now() {
   return text;
 }
 
-// Folders directly below `directory` whose names do not start with '.', sorted by name.
-std::vector<std::string> subfolders(const std::string& directory) {
+// Folders directly below `directory` whose names do not start with '.', sorted by name. A symbolic
+// link to a folder counts only with follow_links: the writable layer never follows one, so nothing
+// it deletes can lie outside it.
+std::vector<std::string> subfolders(const std::string& directory, bool follow_links) {
   std::vector<std::string> names;
   std::error_code ec;
-  for (fs::directory_iterator it(directory, ec), end; it != end && !ec; it.increment(ec)) {
+  for (fs::directory_iterator it(directory, ec, follow_links), end; it != end && !ec; it.increment(ec)) {
     const llvm::StringRef name = path::filename(it->path());
     if (!name.startswith(".") && it->type() == fs::file_type::directory_file) names.push_back(it->path());
   }
@@ -116,8 +142,10 @@ uint64_t folder_bytes(const std::string& directory) {
   return total;
 }
 
-// Moves a folder out of the way (atomically) and deletes it; safe against concurrent readers.
+// Moves an entry folder out of the way (atomically) and deletes it; safe against concurrent
+// readers. Only a real folder named like an entry: never a link, never someone else's folder.
 void discard_folder(const std::string& directory) {
+  if (!looks_like_entry(path::filename(directory)) || is_link(directory)) return;
   llvm::SmallString<256> doomed;
   const std::string parent = std::string(path::parent_path(directory));
   if (fs::createUniqueDirectory(join_path(parent, ".bad"), doomed)) return;
@@ -129,11 +157,13 @@ void discard_folder(const std::string& directory) {
 llvm::Expected<std::string> checked_file(const std::string& directory, const llvm::json::Object& manifest,
                                          llvm::StringRef file, llvm::StringRef bytes_field,
                                          llvm::StringRef sha_field) {
-  auto data = read_file(join_path(directory, file));
-  if (!data) return data.takeError();
   const llvm::Optional<int64_t> bytes = manifest.getInteger(bytes_field);
   const llvm::Optional<llvm::StringRef> sha = manifest.getString(sha_field);
   if (!bytes || !sha) return make_error(ErrorCode::Io, fmt::format("manifest lacks {} or {}", bytes_field, sha_field));
+  if (*bytes <= 0) return make_error(ErrorCode::Io, fmt::format("manifest field {} is {}; it must be positive",
+                                                                bytes_field, *bytes));
+  auto data = read_bounded_file(join_path(directory, file), file == kSourceFile ? kMaxSourceBytes : kMaxImageBytes);
+  if (!data) return data.takeError();
   if (static_cast<int64_t>(data->size()) != *bytes)
     return make_error(ErrorCode::Io, fmt::format("{} is {} bytes, manifest says {} (truncated?)", file,
                                                  data->size(), *bytes));
@@ -144,14 +174,12 @@ llvm::Expected<std::string> checked_file(const std::string& directory, const llv
 
 }  // namespace
 
-llvm::Expected<DiskEntry> read_entry(const std::string& directory, const std::string& source_key) {
-  auto text = read_file(join_path(directory, kManifestFile));
+llvm::Expected<DiskEntry> read_entry(const std::string& directory, const std::string& source_key,
+                                     const KernelSource* expected) {
+  auto text = read_bounded_file(join_path(directory, kManifestFile), kMaxManifestBytes);
   if (!text) return text.takeError();
-  auto parsed = llvm::json::parse(*text);
-  if (!parsed) {
-    const std::string reason = llvm::toString(parsed.takeError());
-    return make_error(ErrorCode::Io, fmt::format("manifest.json is not valid JSON ({})", reason));
-  }
+  auto parsed = parse_bounded_json(*text, kManifestFile);
+  if (!parsed) return parsed.takeError();
   const llvm::json::Object* manifest = parsed->getAsObject();
   if (!manifest) return make_error(ErrorCode::Io, "manifest.json is not an object");
   auto field = [&](llvm::StringRef name) { return manifest->getString(name).getValueOr("").str(); };
@@ -172,6 +200,14 @@ llvm::Expected<DiskEntry> read_entry(const std::string& directory, const std::st
   if (entry.entry.empty()) return make_error(ErrorCode::Io, "manifest lacks the entry-point name");
   auto source = checked_file(directory, *manifest, kSourceFile, "source_bytes", "source_sha256");
   if (!source) return source.takeError();
+  if (expected) {  // the source and the entry point are what exactjit renders, not what a file says
+    if (*source != expected->text)
+      return make_error(ErrorCode::Io, "kernel.cu differs from the source exactjit renders for this spec "
+                                       "(forged or stale)");
+    if (entry.entry != expected->entry)
+      return make_error(ErrorCode::Io, fmt::format("manifest names the entry point '{}', the spec's is '{}'",
+                                                   entry.entry, expected->entry));
+  }
   auto image = checked_file(directory, *manifest, entry.is_ptx ? kPtxFile : kCubinFile, "image_bytes",
                             "image_sha256");
   if (!image) return image.takeError();
@@ -181,24 +217,35 @@ llvm::Expected<DiskEntry> read_entry(const std::string& directory, const std::st
 
 DiskCache::DiskCache(CacheConfig config) : config_(std::move(config)) {}
 
-llvm::Expected<std::optional<DiskEntry>> DiskCache::lookup(const std::string& source_key,
+llvm::Expected<std::optional<DiskEntry>> DiskCache::lookup(const KernelSource& source, const std::string& source_key,
                                                            std::vector<std::string>& problems) const {
   std::vector<std::pair<std::string, bool>> layers;  // (dir, writable)
   for (const std::string& dir : config_.read_only_dirs) layers.emplace_back(dir, false);
   if (!config_.writable_dir.empty()) layers.emplace_back(config_.writable_dir, true);
   for (const auto& [layer, writable] : layers) {
     const std::string folder = join_path(layer_root(layer), source_key);
-    std::vector<std::string> entries = subfolders(folder);
+    if (writable && (is_link(layer_root(layer)) || is_link(folder))) {
+      problems.push_back(fmt::format("{} is or lies under a symbolic link; the writable cache does not follow "
+                                     "links (skipped)", folder));
+      continue;
+    }
+    std::vector<std::string> entries = subfolders(folder, /*follow_links=*/!writable);
     // Newest compiler tag first (names sort by tag); any verified entry is a hit.
     for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
-      auto entry = read_entry(*it, source_key);
+      auto entry = read_entry(*it, source_key, &source);
       if (entry) {
         if (writable) ::utimensat(AT_FDCWD, it->c_str(), nullptr, 0);  // recency for prune
         return std::optional<DiskEntry>(std::move(*entry));
       }
-      problems.push_back(fmt::format("bad cache entry {}: {}{}", *it, llvm::toString(entry.takeError()),
-                                     writable ? " (removed; rebuilding)" : " (read-only layer; skipped)"));
-      if (writable) discard_folder(*it);
+      const Problem problem = describe(entry.takeError());
+      const bool remove = writable && !problem.transient && looks_like_entry(path::filename(*it));
+      problems.push_back(fmt::format("{} cache entry {}: {}{}", problem.transient ? "unreadable" : "bad", *it,
+                                     problem.message,
+                                     remove              ? " (removed; rebuilding)"
+                                     : problem.transient ? " (a read error: left in place)"
+                                     : writable          ? " (not an entry folder: left in place)"
+                                                         : " (read-only layer; skipped)"));
+      if (remove) discard_folder(*it);
     }
   }
   return std::optional<DiskEntry>();
@@ -210,6 +257,9 @@ llvm::Expected<DiskEntry> DiskCache::publish(const KernelSource& source, const s
   if (config_.writable_dir.empty())
     return make_error(ErrorCode::Io, "no writable cache directory (set EXACTJIT_CACHE_DIR or HOME)");
   const std::string folder = join_path(layer_root(config_.writable_dir), source_key);
+  if (is_link(layer_root(config_.writable_dir)) || is_link(folder))
+    return make_error(ErrorCode::Io, fmt::format("{} is or lies under a symbolic link; the writable cache does not "
+                                                 "write through links", folder));
   if (std::error_code ec = fs::create_directories(folder))
     return make_error(ErrorCode::Io, fmt::format("cannot create cache folder {}: {}", folder, ec.message()));
 
@@ -270,7 +320,7 @@ llvm::Expected<DiskEntry> DiskCache::publish(const KernelSource& source, const s
       return entry;
     }
     // Someone else published this content key first: theirs is as good as ours if it verifies.
-    auto existing = read_entry(entry.directory, source_key);
+    auto existing = read_entry(entry.directory, source_key, &source);
     if (existing) {
       fs::remove_directories(temp_dir);
       return std::move(*existing);
@@ -295,15 +345,16 @@ std::vector<EntryStatus> DiskCache::scan(bool verify) const {
   for (const std::string& dir : config_.read_only_dirs) layers.emplace_back(dir, true);
   if (!config_.writable_dir.empty()) layers.emplace_back(config_.writable_dir, false);
   for (const auto& [layer, read_only] : layers) {
-    for (const std::string& key_folder : subfolders(layer_root(layer))) {
-      for (const std::string& directory : subfolders(key_folder)) {
+    if (!read_only && is_link(layer_root(layer))) continue;
+    for (const std::string& key_folder : subfolders(layer_root(layer), read_only)) {
+      for (const std::string& directory : subfolders(key_folder, read_only)) {
         EntryStatus status;
         status.directory = directory;
         status.read_only = read_only;
         status.bytes = folder_bytes(directory);
         status.spec = "?";
-        if (auto text = read_file(join_path(directory, kManifestFile))) {
-          if (auto parsed = llvm::json::parse(*text)) {
+        if (auto text = read_bounded_file(join_path(directory, kManifestFile), kMaxManifestBytes)) {
+          if (auto parsed = parse_bounded_json(*text, kManifestFile)) {
             if (const llvm::json::Object* manifest = parsed->getAsObject()) {
               status.spec = manifest->getString("spec").getValueOr("?").str();
               status.compiler_tag = manifest->getString("compiler_tag").getValueOr("").str();
@@ -326,11 +377,28 @@ std::vector<EntryStatus> DiskCache::scan(bool verify) const {
 }
 
 llvm::Expected<PruneResult> DiskCache::prune(const std::string& policy_text) const {
+  // LLVM's policy parser knows keys prune does not implement, and gives an unset expiry a default
+  // of one week: prune applies exactly the keys it is given and refuses the others.
+  llvm::SmallVector<llvm::StringRef, 4> clauses;
+  llvm::StringRef(policy_text).split(clauses, ':', -1, /*KeepEmpty=*/false);
+  bool expiry_given = false;
+  for (llvm::StringRef clause : clauses) {
+    const llvm::StringRef key = clause.split('=').first;
+    if (key != "prune_after" && key != "cache_size_bytes" && key != "cache_size_files")
+      return make_error(ErrorCode::InvalidArgument,
+                        fmt::format("bad prune policy '{}': key '{}' is not supported (prune_after, "
+                                    "cache_size_bytes, cache_size_files)", policy_text, key));
+    expiry_given |= key == "prune_after";
+  }
   auto policy = llvm::parseCachePruningPolicy(policy_text);
   if (!policy)
     return make_error(ErrorCode::InvalidArgument,
                       fmt::format("bad prune policy '{}': {}", policy_text, llvm::toString(policy.takeError())));
+  if (!expiry_given) policy->Expiration = std::chrono::seconds(0);
   if (config_.writable_dir.empty()) return make_error(ErrorCode::Io, "no writable cache directory to prune");
+  const std::string root = layer_root(config_.writable_dir);
+  if (is_link(root))
+    return make_error(ErrorCode::Io, fmt::format("refusing to prune {}: it is a symbolic link", root));
   struct Candidate {
     std::string directory;
     std::chrono::system_clock::time_point used;
@@ -339,18 +407,20 @@ llvm::Expected<PruneResult> DiskCache::prune(const std::string& policy_text) con
   std::vector<Candidate> entries;
   PruneResult result;
   const auto now = std::chrono::system_clock::now();
-  for (const std::string& key_folder : subfolders(layer_root(config_.writable_dir))) {
-    // Abandoned temporary and discarded folders of crashed writers.
+  for (const std::string& key_folder : subfolders(root, /*follow_links=*/false)) {
+    // Abandoned temporary and discarded folders of crashed writers (real folders only).
     std::error_code ec;
-    for (fs::directory_iterator it(key_folder, ec), end; it != end && !ec; it.increment(ec)) {
+    for (fs::directory_iterator it(key_folder, ec, /*follow_symlinks=*/false), end; it != end && !ec;
+         it.increment(ec)) {
       const llvm::StringRef name = path::filename(it->path());
       fs::file_status st;
-      if ((name.startswith(".tmp-") || name.startswith(".bad")) && !fs::status(it->path(), st) &&
-          now - st.getLastModificationTime() > kAbandonedAfter) {
+      if ((name.startswith(".tmp-") || name.startswith(".bad")) && !fs::status(it->path(), st, /*Follow=*/false) &&
+          st.type() == fs::file_type::directory_file && now - st.getLastModificationTime() > kAbandonedAfter) {
         fs::remove_directories(it->path());
       }
     }
-    for (const std::string& directory : subfolders(key_folder)) {
+    for (const std::string& directory : subfolders(key_folder, /*follow_links=*/false)) {
+      if (!looks_like_entry(path::filename(directory))) continue;  // not ours to prune
       fs::file_status st;
       if (fs::status(directory, st)) continue;
       entries.push_back({directory, st.getLastModificationTime(), folder_bytes(directory)});
@@ -372,8 +442,7 @@ llvm::Expected<PruneResult> DiskCache::prune(const std::string& policy_text) con
     result.freed_bytes += c.bytes;
   }
   // rmdir only succeeds on empty folders, so a concurrent writer's temporary folder survives.
-  for (const std::string& key_folder : subfolders(layer_root(config_.writable_dir)))
-    (void)fs::remove(key_folder);
+  for (const std::string& key_folder : subfolders(root, /*follow_links=*/false)) (void)fs::remove(key_folder);
   result.remaining_bytes = total;
   return result;
 }
@@ -381,6 +450,7 @@ llvm::Expected<PruneResult> DiskCache::prune(const std::string& policy_text) con
 llvm::Error DiskCache::clear() const {
   if (config_.writable_dir.empty()) return make_error(ErrorCode::Io, "no writable cache directory to clear");
   const std::string root = layer_root(config_.writable_dir);
+  if (is_link(root)) return make_error(ErrorCode::Io, fmt::format("refusing to clear {}: it is a symbolic link", root));
   if (!fs::exists(root)) return llvm::Error::success();
   if (std::error_code ec = fs::remove_directories(root))
     return make_error(ErrorCode::Io, fmt::format("cannot remove {}: {}", root, ec.message()));

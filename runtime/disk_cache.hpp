@@ -61,9 +61,11 @@ class DiskCache {
   explicit DiskCache(CacheConfig config);
   const CacheConfig& config() const { return config_; }
 
-  /// Searches the read-only layers, then the writable one. Bad entries found on the way are
-  /// described in `problems`; in the writable layer they are also removed.
-  llvm::Expected<std::optional<DiskEntry>> lookup(const std::string& source_key,
+  /// Searches the read-only layers, then the writable one, for `source` (whose key is
+  /// `source_key`). An entry is used only if its kernel.cu is byte for byte the source rendered for
+  /// the spec; its entry point is the spec's. Bad entries found on the way are described in
+  /// `problems`; in the writable layer they are also removed.
+  llvm::Expected<std::optional<DiskEntry>> lookup(const KernelSource& source, const std::string& source_key,
                                                   std::vector<std::string>& problems) const;
 
   /// Publishes a freshly compiled kernel into the writable layer. Losing a race to another
@@ -91,7 +93,9 @@ class DiskCache {
   CacheConfig config_;
 };
 
-/// Verifies one entry folder; returns the entry or a description of what is wrong with it.
-llvm::Expected<DiskEntry> read_entry(const std::string& directory, const std::string& source_key);
+/// Verifies one entry folder; returns the entry or a description of what is wrong with it. With
+/// `expected`, kernel.cu must equal its text and the manifest's entry point its entry.
+llvm::Expected<DiskEntry> read_entry(const std::string& directory, const std::string& source_key,
+                                     const KernelSource* expected = nullptr);
 
 }  // namespace exactjit

@@ -72,7 +72,7 @@ llvm::Expected<CacheLookup> KernelCache::build(const KernelSource& source, const
   };
   auto disk_lookup = [&]() -> llvm::Expected<bool> {
     std::vector<std::string> problems;
-    auto found = disk_.lookup(key, problems);
+    auto found = disk_.lookup(source, key, problems);
     for (std::string& problem : problems) {
       report_(problem);
       lookup.problems.push_back(std::move(problem));

@@ -82,6 +82,26 @@ TEST(Cli, PrewarmFromManifestFile) {
   EXPECT_NE(bad.err.find("unknown or mistyped field 'colour'"), std::string::npos) << bad.err;
 }
 
+TEST(Cli, PrewarmManifestIsBoundedAndDeduplicated) {
+  Cli cli;
+  // A spec listed twice is built once.
+  test::write_text(cli.cache / "twice.json",
+                   R"([{"op": "gate_residual", "hidden": 64, "dtype": "bf16", "table_stride": 128},
+                       {"op": "gate_residual", "hidden": 64, "dtype": "bf16", "table_stride": 128}])");
+  const auto twice = cli.run({"prewarm", "--manifest", cli.cache / "twice.json", "--arch", "sm_90", "--quiet"});
+  EXPECT_EQ(twice.exit_code, 0) << twice.err;
+  EXPECT_NE(twice.out.find("4 kernels: 4 compiled"), std::string::npos) << twice.out;
+  // Deep nesting and repeated keys are refused with the file named, not a crash.
+  test::write_text(cli.cache / "deep.json", std::string(100000, '[') + std::string(100000, ']'));
+  const auto deep = cli.run({"prewarm", "--manifest", cli.cache / "deep.json"});
+  EXPECT_EQ(deep.exit_code, 2);
+  EXPECT_NE(deep.err.find("deep.json nests deeper than 64 levels"), std::string::npos) << deep.err;
+  test::write_text(cli.cache / "repeat.json", R"([{"op": "gate_residual", "op": "rms_norm"}])");
+  const auto repeat = cli.run({"prewarm", "--manifest", cli.cache / "repeat.json"});
+  EXPECT_EQ(repeat.exit_code, 2);
+  EXPECT_NE(repeat.err.find("repeats the key \"op\""), std::string::npos) << repeat.err;
+}
+
 TEST(Cli, PrewarmOfflineIsAUsageError) {
   Cli cli;
   const auto result = cli.run({"prewarm"}, {"EXACTJIT_OFFLINE=1"});

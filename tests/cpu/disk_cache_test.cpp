@@ -2,6 +2,7 @@
 // gets rebuilt; read-only layers are searched first and never written; offline misses name the
 // spec and the prewarm command; an unwritable cache still yields a working kernel; prune and clear
 // touch only what they should.
+#include "codegen/digest.hpp"
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
 #include "runtime/disk_cache.hpp"
@@ -9,7 +10,16 @@
 #include "runtime/kernel_cache.hpp"
 #include "support/test_support.hpp"
 
+#include "runtime/bounded_input.hpp"
+
 #include <llvm/Support/FileSystem.h>
+#include <llvm/Support/Path.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <regex>
 
 namespace exactjit {
 namespace {
@@ -110,7 +120,49 @@ INSTANTIATE_TEST_SUITE_P(
               [](const std::string& p) { std::string s = test::read_text(p); test::write_text(p, s.substr(0, 40)); },
               "not valid JSON"},
         Fault{"EditedSource", "kernel.cu",
-              [](const std::string& p) { test::write_text(p, test::read_text(p) + "// tampered\n"); }, "kernel.cu"}),
+              [](const std::string& p) { test::write_text(p, test::read_text(p) + "// tampered\n"); }, "kernel.cu"},
+        // Untrusted files: parsed with bounds, never trusted to be sane.
+        Fault{"DeeplyNestedManifest", "manifest.json",
+              [](const std::string& p) { test::write_text(p, std::string(200000, '[') + std::string(200000, ']')); },
+              "nests deeper than 64"},
+        Fault{"DuplicateManifestKey", "manifest.json",
+              [](const std::string& p) {
+                std::string s = test::read_text(p);
+                test::write_text(p, "{\"entry\": \"evil\"," + s.substr(s.find('{') + 1));
+              },
+              "repeats the key \"entry\""},
+        Fault{"NegativeImageBytes", "manifest.json",
+              [](const std::string& p) {
+                test::write_text(p, std::regex_replace(test::read_text(p), std::regex("\"image_bytes\": [0-9]+"),
+                                                       "\"image_bytes\": -1"));
+              },
+              "image_bytes is -1; it must be positive"},
+        Fault{"HugeSparseCubin", "kernel.cubin",
+              [](const std::string& p) { ASSERT_EQ(::truncate(p.c_str(), int64_t{4} << 30), 0); },
+              "more than the 268435456 allowed"},
+        // A writer of the layer replaces kernel.cu and its hashes together: still not the spec's source.
+        Fault{"ForgedSourceWithMatchingManifest", "kernel.cu",
+              [](const std::string& p) {
+                const std::string forged = test::read_text(p) + "// forged\n";
+                test::write_text(p, forged);
+                const std::string manifest = p.substr(0, p.rfind('/')) + "/manifest.json";
+                std::string m = test::read_text(manifest);
+                m = std::regex_replace(m, std::regex("\"source_bytes\": [0-9]+"),
+                                       "\"source_bytes\": " + std::to_string(forged.size()));
+                m = std::regex_replace(m, std::regex("\"source_sha256\": \"[0-9a-f]+\""),
+                                       "\"source_sha256\": \"" + sha256_hex(forged) + "\"");
+                test::write_text(manifest, m);
+              },
+              "differs from the source exactjit renders"},
+        Fault{"ForgedEntryPoint", "manifest.json",
+              [](const std::string& p) {
+                test::write_text(p, std::regex_replace(test::read_text(p), std::regex("\"entry\": \"[^\"]+\""),
+                                                       "\"entry\": \"someone_elses_kernel\""));
+              },
+              "the spec's is"},
+        Fault{"FifoManifest", "manifest.json",
+              [](const std::string& p) { llvm::sys::fs::remove(p); ASSERT_EQ(::mkfifo(p.c_str(), 0644), 0); },
+              "not a regular file"}),
     [](const ::testing::TestParamInfo<Fault>& param) { return std::string(param.param.name); });
 
 TEST(DiskCache, ReadOnlyLayerIsSearchedFirstAndNeverWritten) {
@@ -219,6 +271,106 @@ TEST(DiskCache, ClearRemovesOnlyOurFolder) {
   ASSERT_FALSE(static_cast<bool>(DiskCache(writable(dir.path())).clear()));
   EXPECT_FALSE(llvm::sys::fs::exists(dir / kCacheFormatDir));
   EXPECT_TRUE(llvm::sys::fs::exists(dir / "someone-elses-file"));
+}
+
+// A folder outside the cache that a link inside it points to: nothing in it may be deleted.
+struct Victim {
+  test::TempDir dir;
+  Victim() {
+    test::write_text(dir / "precious.txt", "keep me");
+    llvm::sys::fs::create_directories(dir / "nvrtc-13.0-0123456789abcdef");  // named like an entry
+    test::write_text(dir / "nvrtc-13.0-0123456789abcdef/manifest.json", "{not json");
+  }
+  bool intact() const {
+    return llvm::sys::fs::exists(dir / "precious.txt") &&
+           llvm::sys::fs::exists(dir / "nvrtc-13.0-0123456789abcdef/manifest.json");
+  }
+};
+
+TEST(DiskCacheLinks, LinkedKeyFolderIsNeverFollowedNorItsTargetDeleted) {
+  test::TempDir dir;
+  const std::string entry = publish_one(dir.path());
+  const std::string key_folder(llvm::sys::path::parent_path(entry));
+  Victim victim;
+  ASSERT_FALSE(llvm::sys::fs::remove_directories(key_folder));
+  ASSERT_FALSE(llvm::sys::fs::create_link(victim.dir.path(), key_folder));
+
+  Collected collected;
+  const CacheLookup lookup = get_with(writable(dir.path()), collected);
+  EXPECT_EQ(lookup.origin, Origin::Compiled);
+  ASSERT_FALSE(collected.problems.empty());
+  EXPECT_NE(collected.problems[0].find("symbolic link"), std::string::npos) << collected.problems[0];
+  const DiskCache cache(writable(dir.path()));
+  EXPECT_TRUE(static_cast<bool>(cache.prune("cache_size_bytes=1")));
+  EXPECT_TRUE(cache.scan(true).empty());  // the link is not an entry of the writable layer
+  EXPECT_TRUE(victim.intact());
+  ASSERT_FALSE(static_cast<bool>(cache.clear()));
+  EXPECT_TRUE(victim.intact());
+}
+
+TEST(DiskCacheLinks, LinkedFormatFolderIsRefusedByPruneAndClear) {
+  test::TempDir dir;
+  Victim victim;
+  ASSERT_FALSE(llvm::sys::fs::create_link(victim.dir.path(), dir / kCacheFormatDir));
+  const DiskCache cache(writable(dir.path()));
+  auto pruned = cache.prune("cache_size_bytes=1");
+  ASSERT_FALSE(static_cast<bool>(pruned));
+  EXPECT_NE(take_error(pruned.takeError()).message.find("symbolic link"), std::string::npos);
+  auto cleared = cache.clear();
+  ASSERT_TRUE(static_cast<bool>(cleared));
+  EXPECT_NE(take_error(std::move(cleared)).message.find("symbolic link"), std::string::npos);
+  Collected collected;
+  EXPECT_EQ(get_with(writable(dir.path()), collected).origin, Origin::Compiled);  // not cached through it
+  EXPECT_TRUE(victim.intact());
+}
+
+TEST(DiskCache, FoldersThatAreNotEntriesAreLeftAlone) {
+  test::TempDir dir;
+  const std::string entry = publish_one(dir.path());
+  const std::string notes = std::string(llvm::sys::path::parent_path(entry)) + "/notes";
+  llvm::sys::fs::create_directories(notes);
+  test::write_text(notes + "/todo.txt", "mine");
+  Collected collected;
+  EXPECT_EQ(get_with(writable(dir.path()), collected).origin, Origin::Disk);
+  const DiskCache cache(writable(dir.path()));
+  EXPECT_EQ(test::expect_value(cache.prune("cache_size_bytes=1")).removed_entries, 1u);
+  EXPECT_TRUE(llvm::sys::fs::exists(notes + "/todo.txt"));
+}
+
+TEST(DiskCache, PruneAppliesExactlyThePolicyGiven) {
+  test::TempDir dir;
+  const std::string entry = publish_one(dir.path());
+  // Last used a month ago: LLVM's policy parser would add a one-week expiry nobody asked for.
+  const auto month_ago = std::chrono::system_clock::now() - std::chrono::hours(24 * 30);
+  const timeval times[2] = {{std::chrono::system_clock::to_time_t(month_ago), 0},
+                            {std::chrono::system_clock::to_time_t(month_ago), 0}};
+  ASSERT_EQ(::utimes(entry.c_str(), times), 0);
+  const DiskCache cache(writable(dir.path()));
+  EXPECT_EQ(test::expect_value(cache.prune("cache_size_bytes=10g")).removed_entries, 0u);
+  EXPECT_EQ(test::expect_value(cache.prune("prune_after=168h")).removed_entries, 1u);
+  for (const char* policy : {"cache_size=1%", "prune_interval=1h", "cache_size_bytes=1:prune_interval=1h"}) {
+    auto bad = cache.prune(policy);
+    ASSERT_FALSE(static_cast<bool>(bad)) << policy;
+    const ErrorReport report = take_error(bad.takeError());
+    EXPECT_EQ(report.code, ErrorCode::InvalidArgument) << policy;
+    EXPECT_NE(report.message.find("not supported"), std::string::npos) << report.message;
+  }
+}
+
+TEST(BoundedInput, ReadErrorsAreToldFromBadFiles) {
+  EXPECT_TRUE(is_transient_read_error(std::make_error_code(std::errc::permission_denied)));
+  EXPECT_TRUE(is_transient_read_error(std::make_error_code(std::errc::too_many_files_open)));
+  EXPECT_FALSE(is_transient_read_error(std::make_error_code(std::errc::no_such_file_or_directory)));
+  EXPECT_FALSE(is_transient_read_error(make_error_code(ErrorCode::Io)));
+  test::TempDir dir;
+  auto folder = read_bounded_file(dir.path(), 100);
+  ASSERT_FALSE(static_cast<bool>(folder));
+  const ErrorReport report = take_error(folder.takeError());
+  EXPECT_EQ(report.code, ErrorCode::Io);
+  EXPECT_NE(report.message.find("not a regular file"), std::string::npos);
+  test::write_text(dir / "ten", "0123456789");
+  EXPECT_EQ(test::expect_value(read_bounded_file(dir / "ten", 10)), "0123456789");
+  EXPECT_FALSE(static_cast<bool>(read_bounded_file(dir / "ten", 9)));
 }
 
 }  // namespace

@@ -45,6 +45,9 @@ int run_prewarm() {
         if (!lookup) {
           failed++;
           what = "FAILED  " + llvm::toString(lookup.takeError());
+        } else if (lookup->kernel->directory.empty()) {  // compiled, but the cache refused it
+          failed++;
+          what = "FAILED  compiled but not stored (see the warning above); nothing was pre-warmed";
         } else if (lookup->origin == Origin::Compiled) {
           compiled++;
           what = "compiled";

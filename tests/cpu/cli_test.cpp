@@ -102,6 +102,18 @@ TEST(Cli, PrewarmManifestIsBoundedAndDeduplicated) {
   EXPECT_NE(repeat.err.find("repeats the key \"op\""), std::string::npos) << repeat.err;
 }
 
+TEST(Cli, PrewarmThatStoresNothingFails) {
+  Cli cli;
+  test::write_text(cli.cache / "a-file", "x");  // the cache folder cannot be made (even as root)
+  const auto result = cli.run({"prewarm", "--op", "gate_residual", "--hidden", "64", "--dtype", "bf16",
+                               "--table-stride", "128", "--arch", "sm_90", "--quiet"},
+                              {"EXACTJIT_CACHE_DIR=" + (cli.cache / "a-file/cache")});
+  EXPECT_EQ(result.exit_code, 1) << result.out << result.err;
+  EXPECT_NE(result.out.find("0 compiled, 0 cached, 4 failed"), std::string::npos) << result.out;
+  EXPECT_NE(result.err.find("compiled but not stored"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("could not cache"), std::string::npos) << result.err;
+}
+
 TEST(Cli, PrewarmOfflineIsAUsageError) {
   Cli cli;
   const auto result = cli.run({"prewarm"}, {"EXACTJIT_OFFLINE=1"});

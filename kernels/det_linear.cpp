@@ -114,9 +114,7 @@ llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& a, const DeviceT
                            a.pre_activation->shape[0] != rows || a.pre_activation->shape[1] != out_features ||
                            !is_contiguous(*a.pre_activation)))
     return invalid(arg("pre_activation"), fmt::format("must be ({}, {}) float32 contiguous", rows, out_features));
-  for (const auto& [name, t] : tensors)
-    for (const DLTensor* o : {&a.out, a.pre_activation})
-      if (o && o != t && overlaps(*o, *t)) return invalid(arg(name), "must not overlap out or pre_activation");
+  if (auto err = require_disjoint_outputs(kOp, tensors, {"out", "pre_activation"})) return err;
 
   LaunchPlan plan;
   plan.spec = det_linear_spec(*dtype, in_features, out_features, a.silu);

@@ -64,13 +64,7 @@ llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBac
   if ((!a.d_y && !a.d_gate) || rows == 0) return sequence;
   const int64_t bytes = gate_residual_backward_workspace(rows, seq, table_rows, hidden);
   if (auto err = require_workspace(arg("workspace"), a.workspace, bytes)) return err;
-  for (const auto& [name, tensor] : tensors) {
-    if (name != "d_y" && name != "d_gate" && name != "workspace") {
-      for (const DLTensor* out : {a.d_y, a.d_gate, a.workspace})
-        if (out && overlaps(*out, *tensor)) return invalid(arg(name), "must not overlap an output or the workspace");
-    }
-  }
-  if (a.d_y && a.d_gate && overlaps(*a.d_y, *a.d_gate)) return invalid(arg("d_y"), "must not overlap d_gate");
+  if (auto err = require_disjoint_outputs(kOp, tensors, {"d_y", "d_gate", "workspace"})) return err;
 
   const SegmentLayout layout = segment_layout(rows, seq, table_rows);
   const uint64_t ws = data_address(*a.workspace);

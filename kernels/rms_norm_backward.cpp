@@ -120,12 +120,12 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
   const bool needs_workspace = table_grads || a.dweight;
   if (needs_workspace)
     if (auto err = require_workspace(arg("workspace"), a.workspace, r.end)) return err;
-  const DLTensor* outputs[] = {a.dx, a.dweight, a.dshift, a.dscale, needs_workspace ? a.workspace : nullptr};
-  for (const auto& [name, tensor] : tensors) {
-    for (const DLTensor* out : outputs)
-      if (out && out != tensor && overlaps(*out, *tensor))
-        return invalid(arg(name), "must not overlap an output or the workspace");
-  }
+  // The workspace is written only for the table and weight gradients.
+  if (auto err = require_disjoint_outputs(
+          kOp, tensors,
+          needs_workspace ? llvm::ArrayRef<std::string_view>({"dx", "dweight", "dshift", "dscale", "workspace"})
+                          : llvm::ArrayRef<std::string_view>({"dx", "dweight", "dshift", "dscale"})))
+    return err;
 
   const uint64_t ws = needs_workspace ? data_address(*a.workspace) : 0;
   const int device = a.x.device.device_id;

@@ -48,7 +48,15 @@ llvm::Error require_cuda(const ArgName& name, const DLTensor& t) {
     if (__builtin_mul_overflow(count, t.shape[d], &count))
       return invalid(name, fmt::format("has more elements than 64 bits can count {}", shape_string(t)));
   }
-  const unsigned element_bytes = (t.dtype.bits * t.dtype.lanes + 7) / 8;
+  // Every later rule (alignment, overlap, extents) computes with the element size: a dtype of 0
+  // lanes or 0 bits would make it 0 and let the tensor skip them.
+  if (t.dtype.lanes != 1 || t.dtype.bits == 0 || t.dtype.bits % 8 != 0)
+    return invalid(name, fmt::format("must have one lane of whole bytes (DLPack bits {} lanes {})", t.dtype.bits,
+                                     t.dtype.lanes));
+  uint64_t address = 0;
+  if (__builtin_add_overflow(reinterpret_cast<uint64_t>(t.data), t.byte_offset, &address))
+    return invalid(name, "has data + byte_offset beyond 64 bits");
+  const unsigned element_bytes = t.dtype.bits / 8;
   if (count > 0) {
     // Every byte the tensor spans must be addressable without overflow: later rules (overlap,
     // alignment, row strides) compute with these offsets.
@@ -65,7 +73,7 @@ llvm::Error require_cuda(const ArgName& name, const DLTensor& t) {
     if (__builtin_mul_overflow(last + 1, static_cast<int64_t>(element_bytes), &bytes) ||
         __builtin_add_overflow(data_address(t), static_cast<uint64_t>(bytes), &end))
       return invalid(name, "spans more memory than 64 bits can address");
-    if (!t.data) return invalid(name, "has a null data pointer");
+    if (address == 0) return invalid(name, "has a null data pointer (data + byte_offset)");
   }
   if (element_bytes > 0 && data_address(t) % element_bytes != 0)
     return invalid(name, fmt::format("must be aligned to its element size ({} bytes)", element_bytes));
@@ -112,6 +120,17 @@ bool overlaps(const DLTensor& a, const DLTensor& b) {
   const uint64_t a0 = data_address(a), a1 = a0 + extent(a);
   const uint64_t b0 = data_address(b), b1 = b0 + extent(b);
   return a0 < b1 && b0 < a1 && a1 > a0 && b1 > b0;
+}
+
+llvm::Error require_disjoint_outputs(std::string_view op, llvm::ArrayRef<NamedTensor> tensors,
+                                     llvm::ArrayRef<std::string_view> written) {
+  for (const NamedTensor& out : tensors) {
+    if (llvm::find(written, out.name) == written.end()) continue;
+    for (const NamedTensor& other : tensors)
+      if (other.name != out.name && overlaps(*out.tensor, *other.tensor))
+        return invalid({op, other.name}, fmt::format("must not overlap {}", out.name));
+  }
+  return llvm::Error::success();
 }
 
 int pack_width(DType dtype, int64_t hidden, int64_t table_stride, std::initializer_list<const DLTensor*> tensors) {

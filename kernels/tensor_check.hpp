@@ -55,6 +55,12 @@ std::string shape_string(const DLTensor& t);
 /// Byte ranges [address, address + extent) of two tensors intersect.
 bool overlaps(const DLTensor& a, const DLTensor& b);
 
+/// No tensor named in `written` (an output or a workspace) overlaps another argument, another
+/// output included. Arguments are told apart by name, not by pointer: one DLTensor passed for two
+/// arguments overlaps itself and is refused.
+llvm::Error require_disjoint_outputs(std::string_view op, llvm::ArrayRef<NamedTensor> tensors,
+                                     llvm::ArrayRef<std::string_view> written);
+
 /// 16 / element size when H, the table stride and every non-null tensor's address allow 16-byte
 /// packs, else 1 (the scalar specialisation).
 int pack_width(DType dtype, int64_t hidden, int64_t table_stride, std::initializer_list<const DLTensor*> tensors);

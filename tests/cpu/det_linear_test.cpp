@@ -169,6 +169,24 @@ struct LinearCall {
   llvm::Expected<LaunchPlan> plan() { return plan_det_linear({x.t, weight.t, &bias.t, out.t, nullptr, true}); }
 };
 
+TEST(DetLinearValidation, RefusesOutWithEmptyLanesOrAliasingAnInput) {
+  {
+    LinearCall call;  // lanes = 0 used to skip out's alignment and overlap checks
+    call.out.t.dtype.lanes = 0;
+    call.out.t.data = call.x.t.data;
+    auto plan = call.plan();
+    ASSERT_FALSE(static_cast<bool>(plan));
+    EXPECT_NE(llvm::toString(plan.takeError()).find("out must have one lane of whole bytes"), std::string::npos);
+  }
+  {
+    LinearCall call;  // out written over the bias
+    call.out.t.data = call.bias.t.data;
+    auto plan = call.plan();
+    ASSERT_FALSE(static_cast<bool>(plan));
+    EXPECT_NE(llvm::toString(plan.takeError()).find("must not overlap out"), std::string::npos);
+  }
+}
+
 TEST(DetLinearValidation, PlansTheAdalnProjection) {
   LinearCall call;
   auto plan = call.plan();  // the device unknown: streaming through registers

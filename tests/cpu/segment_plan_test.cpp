@@ -172,6 +172,26 @@ TEST(GateResidualBackwardValidation, RefusesBadWorkspaceAndTables) {
   }
 }
 
+// Holes an adversarial review found: each call below used to be accepted.
+TEST(GateResidualBackwardValidation, RefusesAliasedOutputsWrappedAddressesAndEmptyLanes) {
+  {
+    GateBackwardCall call;  // the workspace is d_y's memory
+    call.workspace.t.data = call.d_y.t.data;
+    EXPECT_NE(message_of(call.plan()).find("must not overlap"), std::string::npos);
+  }
+  {
+    GateBackwardCall call;  // lanes = 0 made the element size 0: no alignment or overlap check
+    call.workspace.t.dtype.lanes = 0;
+    call.workspace.t.data = call.d_y.t.data;
+    EXPECT_NE(message_of(call.plan()).find("workspace must have one lane of whole bytes"), std::string::npos);
+  }
+  {
+    GateBackwardCall call;  // data + byte_offset wraps past 2^64 (to null)
+    call.grad.t.byte_offset = ~uint64_t{0} - (1 * GiB) + 1;
+    EXPECT_NE(message_of(call.plan()).find("grad has data + byte_offset beyond 64 bits"), std::string::npos);
+  }
+}
+
 TEST(RmsNormBackwardValidation, ModulatedCallPlansEveryGradient) {
   FakeTensor grad{1 * GiB, {2, 7, H}, kBF16}, x{2 * GiB, {2, 7, H}, kBF16};
   FakeTensor scale{3 * GiB + H * 2, {9, H}, kBF16, {6 * H, 1}}, index{4 * GiB, {7}, kI64};
@@ -191,6 +211,11 @@ TEST(RmsNormBackwardValidation, ModulatedCallPlansEveryGradient) {
   EXPECT_NE(message_of(plan_rms_norm_backward({grad.t, x.t, nullptr, &scale.t, &index.t, rstd.t, 1e-5, &dx.t,
                                                &dweight.t, nullptr, nullptr, &workspace.t}))
                 .find("rms_norm_backward: dweight needs the forward's weight"),
+            std::string::npos);
+  // One tensor passed as both dshift and dscale (the same DLTensor: it used to skip the check).
+  EXPECT_NE(message_of(plan_rms_norm_backward({grad.t, x.t, nullptr, &scale.t, &index.t, rstd.t, 1e-5, &dx.t, nullptr,
+                                               &dshift.t, &dshift.t, &workspace.t}))
+                .find("must not overlap dshift"),
             std::string::npos);
   // eps must be what a forward accepts.
   EXPECT_NE(message_of(plan_rms_norm_backward({grad.t, x.t, nullptr, &scale.t, &index.t, rstd.t, -1.0, &dx.t, nullptr,

@@ -5,17 +5,55 @@
 #include "runtime/disk_cache.hpp"
 
 #include <fmt/format.h>
+#include <llvm/Support/Path.h>
 
 namespace exactjit::cli {
+namespace {
+
+// verify --rebuild: an entry's image must be what its kernel.cu compiles to with its recorded
+// options. NVRTC output is deterministic for one compiler build, so a byte difference means the
+// image did not come from that source (docs/cache-format.md, "What a reader does not trust").
+// Returns "" when it matches, else what differs; entries of another NVRTC build cannot be checked.
+std::string rebuild_problem(const std::string& directory, const Nvrtc& nvrtc) {
+  auto entry = read_entry(directory, std::string(llvm::sys::path::filename(llvm::sys::path::parent_path(directory))));
+  if (!entry) return llvm::toString(entry.takeError());
+  if (entry->compiler_tag != nvrtc.identity().tag())
+    return fmt::format("compiled by {}, this NVRTC is {}: cannot rebuild here", entry->compiler_tag,
+                       nvrtc.identity().tag());
+  KernelSource source;
+  source.spec.target.ptx = entry->is_ptx;
+  source.entry = entry->entry;
+  source.text = entry->source;
+  source.options = entry->options;
+  auto output = nvrtc.compile(source);
+  if (!output) return llvm::toString(output.takeError());
+  if (output->image != entry->image)
+    return fmt::format("rebuilt image differs from the stored one ({} vs {} bytes): not what its kernel.cu "
+                       "compiles to", output->image.size(), entry->image.size());
+  return "";
+}
+
+}  // namespace
 
 int run_cache() {
   const DiskCache cache(cache_config());
   const std::string action = cache_action;
   if (action == "ls" || action == "verify") {
     const bool verify = action == "verify";
-    const std::vector<EntryStatus> entries = cache.scan(verify);
+    if (rebuild_flag && !verify) {
+      fmt::print(stderr, "exactjit: error: --rebuild is for cache verify\n");
+      return kExitUsage;
+    }
+    const Nvrtc* nvrtc = nullptr;
+    if (rebuild_flag) {
+      auto loaded = Nvrtc::get();
+      if (!loaded) return report_error(loaded.takeError());
+      nvrtc = *loaded;
+    }
+    std::vector<EntryStatus> entries = cache.scan(verify);
     size_t bad = 0;
-    for (const EntryStatus& e : entries) {
+    for (EntryStatus& e : entries) {
+      if (nvrtc && e.problem.empty()) e.problem = rebuild_problem(e.directory, *nvrtc);
       const bool ok = e.problem.empty();
       bad += ok ? 0 : 1;
       fmt::print("{}{:>8} {} {}  {}\n", verify ? (ok ? "ok   " : "BAD  ") : "", e.bytes, e.read_only ? "ro" : "rw",
@@ -23,7 +61,7 @@ int run_cache() {
       if (!ok) fmt::print("       {}\n", e.problem);
     }
     if (verify) {
-      fmt::print("verify: {} entries, {} bad\n", entries.size(), bad);
+      fmt::print("verify{}: {} entries, {} bad\n", nvrtc ? " --rebuild" : "", entries.size(), bad);
       return bad ? kExitFailed : kExitOk;
     }
     return kExitOk;

@@ -59,6 +59,10 @@ cl::opt<std::string> emit_flag("emit", cl::desc("source | options | key | ptx | 
 
 cl::opt<std::string> cache_action(cl::Positional, cl::desc("<ls|stat|verify|prune|clear>"), cl::Required,
                                   cl::sub(cache_command), cl::cat(category));
+cl::opt<bool> rebuild_flag("rebuild",
+                           cl::desc("verify: also recompile every entry's kernel.cu with its recorded options and "
+                                    "compare the image byte for byte (needs the entry's NVRTC build)"),
+                           cl::sub(cache_command), cl::cat(category));
 cl::opt<std::string> policy_flag("policy",
                                  cl::desc("prune: LLVM cache policy, e.g. prune_after=168h:cache_size_bytes=1g"),
                                  cl::value_desc("policy"), cl::init("prune_after=720h:cache_size_bytes=2g"),

@@ -212,6 +212,10 @@ llvm::Expected<DiskEntry> read_entry(const std::string& directory, const std::st
                             "image_sha256");
   if (!image) return image.takeError();
   entry.image = std::move(*image);
+  entry.source = std::move(*source);
+  if (const llvm::json::Array* options = manifest->getArray("options"))
+    for (const llvm::json::Value& option : *options)
+      if (llvm::Optional<llvm::StringRef> text = option.getAsString()) entry.options.push_back(text->str());
   return entry;
 }
 

@@ -38,6 +38,8 @@ struct DiskEntry {
   std::string entry;  ///< kernel entry-point name
   std::string image;  ///< cubin bytes or PTX text
   bool is_ptx = false;
+  std::string source;                ///< kernel.cu, verified
+  std::vector<std::string> options;  ///< the NVRTC options the manifest records
 };
 
 /// One entry as `cache ls` / `cache verify` see it.

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <llvm/Support/FileSystem.h>
+#include <llvm/Support/Path.h>
 
 #include <regex>
 
@@ -195,6 +196,42 @@ TEST(Cli, DetLinearBackwardTakesTheForwardsSizeFlags) {
   const auto fp16 = cli.run({"inspect", "--op", "det_linear_input_grad", "--dtype", "fp16", "--emit", "key"});
   EXPECT_EQ(fp16.exit_code, 2);
   EXPECT_NE(fp16.err.find("bf16 or fp32"), std::string::npos) << fp16.err;
+}
+
+TEST(Cli, CacheVerifyRebuildProvesEachImageComesFromItsSource) {
+  Cli cli;
+  ASSERT_EQ(cli.run({"prewarm", "--op", "gate_residual", "--hidden", "64", "--dtype", "bf16", "--table-stride", "128",
+                     "--arch", "sm_90", "--quiet"}).exit_code, 0);
+  // NVRTC is deterministic for one build: every fresh entry rebuilds to the same bytes.
+  const auto clean = cli.run({"cache", "verify", "--rebuild"});
+  EXPECT_EQ(clean.exit_code, 0) << clean.out << clean.err;
+  EXPECT_NE(clean.out.find("verify --rebuild: 4 entries, 0 bad"), std::string::npos) << clean.out;
+
+  // Swap one entry's cubin for another's, hashes and sizes updated: the manifest check passes,
+  // the rebuild does not.
+  std::vector<std::string> cubins;
+  std::error_code ec;
+  for (llvm::sys::fs::recursive_directory_iterator it(cli.cache.path(), ec), end; it != end && !ec; it.increment(ec))
+    if (llvm::sys::path::filename(it->path()) == "kernel.cubin") cubins.push_back(it->path());
+  ASSERT_EQ(cubins.size(), 4u);
+  const std::string victim = cubins[0], donor_image = test::read_text(cubins[1]);
+  const std::string manifest = std::string(llvm::sys::path::parent_path(victim)) + "/manifest.json";
+  const std::string donor_manifest = test::read_text(std::string(llvm::sys::path::parent_path(cubins[1])) +
+                                                     "/manifest.json");
+  std::smatch sha, bytes;
+  ASSERT_TRUE(std::regex_search(donor_manifest, sha, std::regex("\"image_sha256\": \"[0-9a-f]+\"")));
+  ASSERT_TRUE(std::regex_search(donor_manifest, bytes, std::regex("\"image_bytes\": [0-9]+")));
+  std::string m = test::read_text(manifest);
+  m = std::regex_replace(m, std::regex("\"image_sha256\": \"[0-9a-f]+\""), sha.str());
+  m = std::regex_replace(m, std::regex("\"image_bytes\": [0-9]+"), bytes.str());
+  test::write_text(manifest, m);
+  test::write_text(victim, donor_image);
+  EXPECT_EQ(cli.run({"cache", "verify"}).exit_code, 0);
+  const auto forged = cli.run({"cache", "verify", "--rebuild"});
+  EXPECT_EQ(forged.exit_code, 1) << forged.out;
+  EXPECT_NE(forged.out.find("rebuilt image differs from the stored one"), std::string::npos) << forged.out;
+  EXPECT_NE(forged.out.find("4 entries, 1 bad"), std::string::npos) << forged.out;
+  EXPECT_EQ(cli.run({"cache", "ls", "--rebuild"}).exit_code, 2);
 }
 
 TEST(Cli, CacheSubcommands) {

@@ -51,6 +51,22 @@ std::string entry_folder_name(const std::string& compiler_tag, const std::string
   return compiler_tag + "-" + content_key.substr(0, 16);
 }
 
+// Folders are made 0777 less the umask (LLVM's default is 0770, which hid a cache pre-warmed by one
+// user from every other), so a shared cache is readable wherever the umask allows it.
+std::error_code make_folders(const std::string& folder) {
+  return fs::create_directories(folder, /*IgnoreExisting=*/true, fs::all_all);
+}
+
+// A new, uniquely named folder `prefix` + "-XXXXXX" (createUniqueDirectory, with make_folders' mode).
+std::error_code make_unique_folder(const std::string& prefix, llvm::SmallVectorImpl<char>& result) {
+  for (int attempt = 0; attempt < 128; ++attempt) {
+    fs::createUniquePath(prefix + "-%%%%%%", result, /*MakeAbsolute=*/false);
+    const std::error_code ec = fs::create_directory(result, /*IgnoreExisting=*/false, fs::all_all);
+    if (ec != std::errc::file_exists) return ec;
+  }
+  return std::make_error_code(std::errc::file_exists);
+}
+
 bool is_link(const std::string& file) {
   fs::file_status st;
   return !fs::status(file, st, /*Follow=*/false) && st.type() == fs::file_type::symlink_file;
@@ -148,7 +164,7 @@ void discard_folder(const std::string& directory) {
   if (!looks_like_entry(path::filename(directory)) || is_link(directory)) return;
   llvm::SmallString<256> doomed;
   const std::string parent = std::string(path::parent_path(directory));
-  if (fs::createUniqueDirectory(join_path(parent, ".bad"), doomed)) return;
+  if (make_unique_folder(join_path(parent, ".bad"), doomed)) return;
   // If the rename fails another process already moved the folder; either way ours is empty or doomed.
   (void)fs::rename(directory, join_path(doomed, "entry"));
   fs::remove_directories(doomed);
@@ -264,7 +280,7 @@ llvm::Expected<DiskEntry> DiskCache::publish(const KernelSource& source, const s
   if (is_link(layer_root(config_.writable_dir)) || is_link(folder))
     return make_error(ErrorCode::Io, fmt::format("{} is or lies under a symbolic link; the writable cache does not "
                                                  "write through links", folder));
-  if (std::error_code ec = fs::create_directories(folder))
+  if (std::error_code ec = make_folders(folder))
     return make_error(ErrorCode::Io, fmt::format("cannot create cache folder {}: {}", folder, ec.message()));
 
   DiskEntry entry;
@@ -305,7 +321,7 @@ llvm::Expected<DiskEntry> DiskCache::publish(const KernelSource& source, const s
   };
 
   llvm::SmallString<256> temp;
-  if (std::error_code ec = fs::createUniqueDirectory(join_path(folder, ".tmp-" + entry.compiler_tag), temp))
+  if (std::error_code ec = make_unique_folder(join_path(folder, ".tmp-" + entry.compiler_tag), temp))
     return make_error(ErrorCode::Io, fmt::format("cannot create a temporary folder in {}: {}", folder, ec.message()));
   const std::string temp_dir(temp.str());
   auto write_all = [&]() -> llvm::Error {
@@ -339,7 +355,7 @@ llvm::Expected<DiskEntry> DiskCache::publish(const KernelSource& source, const s
 std::unique_ptr<llvm::LockFileManager> DiskCache::build_lock(const std::string& source_key) const {
   if (config_.writable_dir.empty()) return nullptr;
   const std::string folder = join_path(layer_root(config_.writable_dir), source_key);
-  if (fs::create_directories(folder)) return nullptr;
+  if (make_folders(folder)) return nullptr;
   return std::make_unique<llvm::LockFileManager>(join_path(folder, "build"));
 }
 

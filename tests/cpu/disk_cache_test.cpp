@@ -273,6 +273,19 @@ TEST(DiskCache, ClearRemovesOnlyOurFolder) {
   EXPECT_TRUE(llvm::sys::fs::exists(dir / "someone-elses-file"));
 }
 
+TEST(DiskCache, EntriesAreReadableByOthersWhereTheUmaskAllows) {
+  const mode_t umask_was = ::umask(022);
+  test::TempDir dir;
+  const std::string entry = publish_one(dir.path());
+  ::umask(umask_was);
+  const std::string key_folder(llvm::sys::path::parent_path(entry));
+  for (const std::string& path : {std::string(dir / kCacheFormatDir), key_folder, entry, entry + "/kernel.cubin"}) {
+    llvm::sys::fs::file_status st;
+    ASSERT_FALSE(llvm::sys::fs::status(path, st)) << path;
+    EXPECT_TRUE(st.permissions() & llvm::sys::fs::others_read) << path;  // 0750 hid it from other users
+  }
+}
+
 // A folder outside the cache that a link inside it points to: nothing in it may be deleted.
 struct Victim {
   test::TempDir dir;

@@ -33,6 +33,10 @@ constexpr const char* kSourceFile = "kernel.cu";
 constexpr const char* kCubinFile = "kernel.cubin";
 constexpr const char* kPtxFile = "kernel.ptx";
 constexpr auto kAbandonedAfter = std::chrono::hours(1);
+// A build lock this old is stale: a compile takes seconds. LLVM's LockFileManager breaks a lock of
+// a dead process on this host, but waits out one from another host (or a reused pid) every time.
+constexpr auto kStaleLockAfter = std::chrono::minutes(10);
+constexpr const char* kLockName = "build";  // LockFileManager adds ".lock" (and "-XXXXXX" while taking it)
 // Caps on what a reader takes from an entry, checked before reading: far above any real entry
 // (manifests are a few KB, sources under 100 KB, images under a few MB), far below harm.
 constexpr uint64_t kMaxManifestBytes = 1 << 20;
@@ -352,11 +356,20 @@ llvm::Expected<DiskEntry> DiskCache::publish(const KernelSource& source, const s
   return make_error(ErrorCode::Io, fmt::format("cannot publish cache entry {}", entry.directory));
 }
 
-std::unique_ptr<llvm::LockFileManager> DiskCache::build_lock(const std::string& source_key) const {
+std::unique_ptr<llvm::LockFileManager> DiskCache::build_lock(const std::string& source_key,
+                                                             std::vector<std::string>& problems) const {
   if (config_.writable_dir.empty()) return nullptr;
   const std::string folder = join_path(layer_root(config_.writable_dir), source_key);
-  if (make_folders(folder)) return nullptr;
-  return std::make_unique<llvm::LockFileManager>(join_path(folder, "build"));
+  if (is_link(layer_root(config_.writable_dir)) || is_link(folder) || make_folders(folder)) return nullptr;
+  const std::string lock_file = join_path(folder, kLockName) + ".lock";
+  fs::file_status st;
+  if (!fs::status(lock_file, st, /*Follow=*/false) && st.type() == fs::file_type::regular_file &&
+      std::chrono::system_clock::now() - st.getLastModificationTime() > kStaleLockAfter) {
+    problems.push_back(fmt::format("stale build lock {} (older than {} minutes): removed", lock_file,
+                                   std::chrono::duration_cast<std::chrono::minutes>(kStaleLockAfter).count()));
+    (void)fs::remove(lock_file);
+  }
+  return std::make_unique<llvm::LockFileManager>(join_path(folder, kLockName));
 }
 
 std::vector<EntryStatus> DiskCache::scan(bool verify) const {
@@ -434,10 +447,12 @@ llvm::Expected<PruneResult> DiskCache::prune(const std::string& policy_text) con
          it.increment(ec)) {
       const llvm::StringRef name = path::filename(it->path());
       fs::file_status st;
-      if ((name.startswith(".tmp-") || name.startswith(".bad")) && !fs::status(it->path(), st, /*Follow=*/false) &&
-          st.type() == fs::file_type::directory_file && now - st.getLastModificationTime() > kAbandonedAfter) {
+      if (fs::status(it->path(), st, /*Follow=*/false) || now - st.getLastModificationTime() <= kAbandonedAfter)
+        continue;
+      if ((name.startswith(".tmp-") || name.startswith(".bad")) && st.type() == fs::file_type::directory_file)
         fs::remove_directories(it->path());
-      }
+      else if (name.startswith(std::string(kLockName) + ".lock") && st.type() == fs::file_type::regular_file)
+        (void)fs::remove(it->path());  // a build lock (or its temporary) nobody released
     }
     for (const std::string& directory : subfolders(key_folder, /*follow_links=*/false)) {
       if (!looks_like_entry(path::filename(directory))) continue;  // not ours to prune

@@ -78,7 +78,9 @@ class DiskCache {
 
   /// A cross-process lock on building `source_key` (nullptr when there is no writable layer).
   /// Holding it is advisory: a crashed owner or an NFS directory only costs a duplicate compile.
-  std::unique_ptr<llvm::LockFileManager> build_lock(const std::string& source_key) const;
+  /// A lock older than ten minutes is stale: it is removed and described in `problems`.
+  std::unique_ptr<llvm::LockFileManager> build_lock(const std::string& source_key,
+                                                    std::vector<std::string>& problems) const;
 
   /// Every entry of every layer; with verify, each one fully checked.
   std::vector<EntryStatus> scan(bool verify) const;

@@ -70,13 +70,16 @@ llvm::Expected<CacheLookup> KernelCache::build(const KernelSource& source, const
     kernel->directory = entry.directory;
     lookup.kernel = std::move(kernel);
   };
-  auto disk_lookup = [&]() -> llvm::Expected<bool> {
-    std::vector<std::string> problems;
-    auto found = disk_.lookup(source, key, problems);
+  auto note = [&](std::vector<std::string>& problems) {
     for (std::string& problem : problems) {
       report_(problem);
       lookup.problems.push_back(std::move(problem));
     }
+  };
+  auto disk_lookup = [&]() -> llvm::Expected<bool> {
+    std::vector<std::string> problems;
+    auto found = disk_.lookup(source, key, problems);
+    note(problems);
     if (!found) return found.takeError();
     if (!*found) return false;
     finish_from_disk(std::move(**found));
@@ -102,7 +105,9 @@ llvm::Expected<CacheLookup> KernelCache::build(const KernelSource& source, const
   if (!nvrtc) return nvrtc.takeError();
 
   // Another process may be compiling the same kernel: wait for it, then look again.
-  auto lock = disk_.build_lock(key);
+  std::vector<std::string> lock_problems;
+  auto lock = disk_.build_lock(key, lock_problems);
+  note(lock_problems);
   if (lock && lock->getState() == llvm::LockFileManager::LFS_Shared) {
     lock->waitForUnlock(120);
     hit = disk_lookup();

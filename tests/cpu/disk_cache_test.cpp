@@ -11,6 +11,7 @@
 #include "support/test_support.hpp"
 
 #include "runtime/bounded_input.hpp"
+#include "runtime/content_key.hpp"
 
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/Path.h>
@@ -284,6 +285,31 @@ TEST(DiskCache, EntriesAreReadableByOthersWhereTheUmaskAllows) {
     ASSERT_FALSE(llvm::sys::fs::status(path, st)) << path;
     EXPECT_TRUE(st.permissions() & llvm::sys::fs::others_read) << path;  // 0750 hid it from other users
   }
+}
+
+TEST(DiskCache, StaleLockOfAnotherHostIsBrokenAndPruned) {
+  test::TempDir dir;
+  const std::string key = source_key(bf16_source());
+  const std::string folder = dir / (std::string(kCacheFormatDir) + "/" + key);
+  llvm::sys::fs::create_directories(folder);
+  // LockFileManager waits out a lock of another host (it cannot tell whether that process lives):
+  // 120 s per kernel, every time, before this change.
+  const std::string lock = folder + "/build.lock";
+  test::write_text(lock, "some-other-host 4242");
+  const auto hour_ago = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now() - std::chrono::hours(2));
+  const timeval times[2] = {{hour_ago, 0}, {hour_ago, 0}};
+  ASSERT_EQ(::utimes(lock.c_str(), times), 0);
+  const auto start = std::chrono::steady_clock::now();
+  Collected collected;
+  EXPECT_EQ(get_with(writable(dir.path()), collected).origin, Origin::Compiled);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
+  ASSERT_FALSE(collected.problems.empty());
+  EXPECT_NE(collected.problems[0].find("stale build lock"), std::string::npos) << collected.problems[0];
+  // A lock file nobody released is pruned once it is an hour old.
+  test::write_text(lock, "some-other-host 4242");
+  ASSERT_EQ(::utimes(lock.c_str(), times), 0);
+  EXPECT_TRUE(static_cast<bool>(DiskCache(writable(dir.path())).prune("prune_after=1000h")));
+  EXPECT_FALSE(llvm::sys::fs::exists(lock));
 }
 
 // A folder outside the cache that a link inside it points to: nothing in it may be deleted.

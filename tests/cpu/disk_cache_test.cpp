@@ -168,16 +168,20 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(DiskCache, ReadOnlyLayerIsSearchedFirstAndNeverWritten) {
   test::TempDir shipped, local;
-  publish_one(shipped.path());
-  test::run_command("/bin/chmod", {"-R", "a-w", shipped.path()});
+  const std::string shipped_manifest = test::read_text(publish_one(shipped.path()) + "/manifest.json");
+  // The writable layer holds a valid entry of the same kernel too: searching it first would pick
+  // that one (with an empty local layer, the order could not be told).
+  publish_one(local.path());
   CacheConfig config = writable(local.path());
   config.read_only_dirs = {shipped.path()};
   Collected collected;
   const CacheLookup lookup = get_with(config, collected);
   EXPECT_EQ(lookup.origin, Origin::Disk);
-  EXPECT_EQ(lookup.kernel->directory.rfind(shipped.path(), 0), 0u);
+  EXPECT_EQ(lookup.kernel->directory.rfind(shipped.path(), 0), 0u) << lookup.kernel->directory;
   EXPECT_TRUE(collected.problems.empty());
-  EXPECT_TRUE(DiskCache(writable(local.path())).scan(false).empty());
+  // Never written: as root chmod cannot prove it, so compare the shipped entry's bytes.
+  EXPECT_EQ(test::read_text(lookup.kernel->directory + "/manifest.json"), shipped_manifest);
+  EXPECT_EQ(DiskCache(writable(local.path())).scan(false).size(), 1u);
 }
 
 TEST(DiskCache, BadEntryInReadOnlyLayerIsSkippedAndBuiltLocally) {
@@ -285,6 +289,25 @@ TEST(DiskCache, EntriesAreReadableByOthersWhereTheUmaskAllows) {
     ASSERT_FALSE(llvm::sys::fs::status(path, st)) << path;
     EXPECT_TRUE(st.permissions() & llvm::sys::fs::others_read) << path;  // 0750 hid it from other users
   }
+}
+
+TEST(DiskCache, PublishThatLosesTheRaceUsesTheWinnerAndLeavesNoTemporary) {
+  // Processes racing through prewarm never reach this path (the build lock serialises them), so
+  // it is driven here directly: a second publish of the same content finds the winner's entry.
+  test::TempDir dir;
+  const KernelSource source = bf16_source();
+  const std::string key = source_key(source);
+  const Nvrtc* nvrtc = test::expect_value(Nvrtc::get());
+  const CompileOutput output = test::expect_value(nvrtc->compile(source));
+  const DiskCache cache(writable(dir.path()));
+  const DiskEntry winner = test::expect_value(cache.publish(source, key, nvrtc->identity(), output, "none"));
+  const std::string winner_manifest = test::read_text(winner.directory + "/manifest.json");
+  const DiskEntry loser = test::expect_value(cache.publish(source, key, nvrtc->identity(), output, "none"));
+  EXPECT_EQ(loser.directory, winner.directory);
+  EXPECT_EQ(test::read_text(winner.directory + "/manifest.json"), winner_manifest);  // the winner's, untouched
+  std::error_code ec;
+  for (llvm::sys::fs::recursive_directory_iterator it(dir.path(), ec), end; it != end && !ec; it.increment(ec))
+    EXPECT_EQ(it->path().find("/.tmp-"), std::string::npos) << it->path();
 }
 
 TEST(DiskCache, StaleLockOfAnotherHostIsBrokenAndPruned) {

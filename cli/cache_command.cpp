@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 #include <llvm/Support/Path.h>
+#include <llvm/Support/raw_ostream.h>
 
 namespace exactjit::cli {
 namespace {
@@ -66,6 +67,43 @@ int run_cache() {
     }
     return kExitOk;
   }
+  if (action == "index") {
+    // Pins the writable layer as it stands, the one a deployment is about to ship: every entry,
+    // verified, with its image's SHA-256 (runtime/layer_index.hpp). Run with EXACTJIT_CACHE_INDEX.
+    std::vector<std::pair<std::string, std::string>> listed;
+    size_t bad = 0;
+    for (const EntryStatus& e : cache.scan(/*verify=*/true)) {
+      if (e.read_only) continue;
+      if (!e.problem.empty()) {
+        ++bad;
+        fmt::print(stderr, "exactjit: error: bad entry {}: {}\n", e.directory, e.problem);
+        continue;
+      }
+      const llvm::StringRef folder = llvm::sys::path::filename(e.directory);
+      const llvm::StringRef key = llvm::sys::path::filename(llvm::sys::path::parent_path(e.directory));
+      listed.emplace_back((key + "/" + folder).str(), e.image_sha256);
+    }
+    if (bad) {
+      fmt::print(stderr, "exactjit: error: {} bad entries; no index written (fix or prune them first)\n", bad);
+      return kExitFailed;
+    }
+    const size_t count = listed.size();
+    const std::string text = format_layer_index(std::move(listed));
+    if (index_out_flag.empty()) {
+      fmt::print("{}", text);
+      return kExitOk;
+    }
+    std::error_code ec;
+    llvm::raw_fd_ostream out(index_out_flag, ec);
+    if (!ec) out << text;
+    if (ec || (out.close(), out.has_error())) {
+      fmt::print(stderr, "exactjit: error: cannot write {}: {}\n", index_out_flag.getValue(),
+                 (ec ? ec : out.error()).message());
+      return kExitFailed;
+    }
+    fmt::print(stderr, "index: {} entries into {}\n", count, index_out_flag.getValue());
+    return kExitOk;
+  }
   if (action == "stat") {
     const std::vector<EntryStatus> entries = cache.scan(false);
     uint64_t rw_bytes = 0, ro_bytes = 0;
@@ -91,7 +129,8 @@ int run_cache() {
     fmt::print("clear: removed {}/{}\n", cache.config().writable_dir, kCacheFormatDir);
     return kExitOk;
   }
-  fmt::print(stderr, "exactjit: error: cache action must be ls, stat, verify, prune or clear (got '{}')\n", action);
+  fmt::print(stderr, "exactjit: error: cache action must be ls, stat, verify, index, prune or clear (got '{}')\n",
+             action);
   return kExitUsage;
 }
 

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
       "  exactjit prewarm [--op OP --hidden H --dtype D --table-stride N --arch A | --manifest F] [-j N]\n"
       "     OP: gate_residual | adaln_row_gather | rms_norm (plain without --table-stride)\n"
       "  exactjit inspect [spec flags] --emit source|options|key|ptx|sass|manifest\n"
-      "  exactjit cache ls|stat|verify [--rebuild]|prune|clear\n"
+      "  exactjit cache ls|stat|verify [--rebuild]|index [--out F]|prune|clear\n"
       "  exactjit info\n"
       "  exactjit selftest [--device N]\n"
       "  exactjit bench [--out DIR] [--sizes S,...]   (GPU machine: reports + plots vs eager/compile)\n\n"

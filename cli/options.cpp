@@ -57,8 +57,10 @@ cl::opt<std::string> emit_flag("emit", cl::desc("source | options | key | ptx | 
                                cl::value_desc("what"), cl::init("source"), cl::sub(inspect_command),
                                cl::cat(category));
 
-cl::opt<std::string> cache_action(cl::Positional, cl::desc("<ls|stat|verify|prune|clear>"), cl::Required,
+cl::opt<std::string> cache_action(cl::Positional, cl::desc("<ls|stat|verify|index|prune|clear>"), cl::Required,
                                   cl::sub(cache_command), cl::cat(category));
+cl::opt<std::string> index_out_flag("out", cl::desc("index: the layer index file to write (default: standard output)"),
+                                    cl::value_desc("file"), cl::sub(cache_command), cl::cat(category));
 cl::opt<bool> rebuild_flag("rebuild",
                            cl::desc("verify: also recompile every entry's kernel.cu with its recorded options and "
                                     "compare the image byte for byte (needs the entry's NVRTC build)"),

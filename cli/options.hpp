@@ -46,6 +46,7 @@ extern llvm::cl::opt<std::string> emit_flag;
 extern llvm::cl::opt<std::string> cache_action;
 extern llvm::cl::opt<std::string> policy_flag;
 extern llvm::cl::opt<bool> rebuild_flag;
+extern llvm::cl::opt<std::string> index_out_flag;
 
 // selftest
 extern llvm::cl::opt<int> device_flag;

@@ -239,7 +239,12 @@ llvm::Expected<DiskEntry> read_entry(const std::string& directory, const std::st
   return entry;
 }
 
-DiskCache::DiskCache(CacheConfig config) : config_(std::move(config)) {}
+DiskCache::DiskCache(CacheConfig config) : config_(std::move(config)) {
+  if (config_.pinned_index.empty()) return;
+  auto index = read_layer_index(config_.pinned_index);
+  if (index) index_ = std::move(*index);
+  else index_problem_ = llvm::toString(index.takeError());
+}
 
 llvm::Expected<std::optional<DiskEntry>> DiskCache::lookup(const KernelSource& source, const std::string& source_key,
                                                            std::vector<std::string>& problems) const {
@@ -257,6 +262,18 @@ llvm::Expected<std::optional<DiskEntry>> DiskCache::lookup(const KernelSource& s
     // Newest compiler tag first (names sort by tag); any verified entry is a hit.
     for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
       auto entry = read_entry(*it, source_key, &source);
+      if (entry && !writable && !config_.pinned_index.empty()) {
+        const std::string listed = source_key + "/" + std::string(path::filename(*it));
+        const auto pinned = index_.image_sha256.find(listed);
+        std::string refusal;
+        if (!index_problem_.empty()) refusal = fmt::format("the pinned index is unusable: {}", index_problem_);
+        else if (pinned == index_.image_sha256.end()) refusal = "not listed in the pinned index";
+        else if (pinned->second != sha256_hex(entry->image)) refusal = "its image differs from the pinned index";
+        if (!refusal.empty()) {
+          problems.push_back(fmt::format("refused cache entry {}: {} ({})", *it, refusal, config_.pinned_index));
+          continue;
+        }
+      }
       if (entry) {
         if (writable) ::utimensat(AT_FDCWD, it->c_str(), nullptr, 0);  // recency for prune
         return std::optional<DiskEntry>(std::move(*entry));
@@ -400,7 +417,8 @@ std::vector<EntryStatus> DiskCache::scan(bool verify) const {
         }
         if (verify) {
           auto entry = read_entry(directory, std::string(path::filename(key_folder)));
-          if (!entry) status.problem = llvm::toString(entry.takeError());
+          if (entry) status.image_sha256 = sha256_hex(entry->image);
+          else status.problem = llvm::toString(entry.takeError());
         }
         result.push_back(std::move(status));
       }

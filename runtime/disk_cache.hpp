@@ -14,6 +14,7 @@
 #pragma once
 
 #include "runtime/environment.hpp"
+#include "runtime/layer_index.hpp"
 #include "runtime/nvrtc.hpp"
 
 #include <llvm/Support/Error.h>
@@ -49,7 +50,8 @@ struct EntryStatus {
   std::string compiler_tag;
   uint64_t bytes = 0;
   bool read_only = false;
-  std::string problem;  ///< empty when the entry verifies
+  std::string problem;       ///< empty when the entry verifies
+  std::string image_sha256;  ///< with verify, of an entry that verifies
 };
 
 struct PruneResult {
@@ -95,6 +97,10 @@ class DiskCache {
 
  private:
   CacheConfig config_;
+  // The pinned index (config_.pinned_index), read once; when it cannot be read, why: then every
+  // read-only entry is refused (a pin that does not load must not fail open).
+  LayerIndex index_;
+  std::string index_problem_;
 };
 
 /// Verifies one entry folder; returns the entry or a description of what is wrong with it. With

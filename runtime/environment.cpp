@@ -34,6 +34,7 @@ CacheConfig cache_config_from_environment() {
   config.read_only_dirs = split_path_list(env("EXACTJIT_CACHE_PATH"));
   const std::string offline = env("EXACTJIT_OFFLINE");
   config.offline = !offline.empty() && offline != "0" && offline != "false";
+  config.pinned_index = env("EXACTJIT_CACHE_INDEX");
   return config;
 }
 

@@ -2,6 +2,8 @@
 //   EXACTJIT_CACHE_DIR   the writable cache (default $XDG_CACHE_HOME/exactjit, else ~/.cache/exactjit)
 //   EXACTJIT_CACHE_PATH  colon-separated read-only layers, searched before the writable one
 //   EXACTJIT_OFFLINE=1   never compile: a miss is an error naming the prewarm command
+//   EXACTJIT_CACHE_INDEX a pinned layer index (runtime/layer_index.hpp): read-only entries not in it,
+//                        or whose image differs from it, are refused
 #pragma once
 
 #include <string>
@@ -13,6 +15,7 @@ struct CacheConfig {
   std::string writable_dir;                ///< empty: no writable layer (read-only deployment)
   std::vector<std::string> read_only_dirs;  ///< searched first, in order
   bool offline = false;
+  std::string pinned_index;  ///< empty: read-only entries are trusted by their own manifests
 };
 
 /// The configuration the environment describes (see the file comment).

@@ -7,6 +7,7 @@
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/Path.h>
 
+#include <algorithm>
 #include <regex>
 
 namespace exactjit {
@@ -232,6 +233,38 @@ TEST(Cli, CacheVerifyRebuildProvesEachImageComesFromItsSource) {
   EXPECT_NE(forged.out.find("rebuilt image differs from the stored one"), std::string::npos) << forged.out;
   EXPECT_NE(forged.out.find("4 entries, 1 bad"), std::string::npos) << forged.out;
   EXPECT_EQ(cli.run({"cache", "ls", "--rebuild"}).exit_code, 2);
+}
+
+TEST(Cli, CacheIndexPinsTheLayerAndTheRuntimeHonoursIt) {
+  Cli cli;
+  ASSERT_EQ(cli.run({"prewarm", "--op", "gate_residual", "--hidden", "64", "--dtype", "bf16", "--table-stride", "128",
+                     "--arch", "sm_90", "--quiet"}).exit_code, 0);
+  test::TempDir outside;
+  const auto written = cli.run({"cache", "index", "--out", outside / "layer.index"});
+  EXPECT_EQ(written.exit_code, 0) << written.err;
+  EXPECT_NE(written.err.find("index: 4 entries"), std::string::npos) << written.err;
+  const std::string index = test::read_text(outside / "layer.index");
+  EXPECT_EQ(index.rfind("exactjit-cache-index-1\n", 0), 0u) << index;
+  EXPECT_EQ(std::count(index.begin(), index.end(), '\n'), 5);
+  EXPECT_EQ(cli.run({"cache", "index"}).out, index);  // standard output by default
+  // The shipped layer, pinned, offline: served.
+  const std::vector<std::string> shipped = {"EXACTJIT_CACHE_DIR=", "EXACTJIT_CACHE_PATH=" + cli.cache.path(),
+                                            "EXACTJIT_OFFLINE=1", "EXACTJIT_CACHE_INDEX=" + (outside / "layer.index")};
+  const std::vector<std::string> spec = {"--op", "gate_residual", "--hidden", "64", "--dtype", "bf16",
+                                         "--table-stride", "128", "--arch", "sm_90"};
+  std::vector<std::string> inspect = {"inspect", "--emit", "manifest"};
+  inspect.insert(inspect.end(), spec.begin(), spec.end());
+  const auto served = test::run_command(EXACTJIT_CLI, inspect, shipped);
+  EXPECT_EQ(served.exit_code, 0) << served.err;
+  // A bad entry: no index is written.
+  std::string any_cubin;
+  std::error_code ec;
+  for (llvm::sys::fs::recursive_directory_iterator it(cli.cache.path(), ec), end; it != end && !ec; it.increment(ec))
+    if (llvm::sys::path::filename(it->path()) == "kernel.cubin") any_cubin = it->path();
+  test::write_text(any_cubin, "garbage");
+  const auto refused = cli.run({"cache", "index", "--out", outside / "second.index"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_FALSE(llvm::sys::fs::exists(outside / "second.index"));
 }
 
 TEST(Cli, CacheSubcommands) {

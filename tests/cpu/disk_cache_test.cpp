@@ -335,6 +335,75 @@ TEST(DiskCache, StaleLockOfAnotherHostIsBrokenAndPruned) {
   EXPECT_FALSE(llvm::sys::fs::exists(lock));
 }
 
+// Swaps the image of `entry` for `image` and rewrites its manifest's image size and hash to match:
+// what someone who can write a layer can do. The entry still verifies against its own manifest.
+void forge_image(const std::string& entry, const std::string& image) {
+  test::write_text(entry + "/kernel.cubin", image);
+  std::string m = test::read_text(entry + "/manifest.json");
+  m = std::regex_replace(m, std::regex("\"image_bytes\": [0-9]+"), "\"image_bytes\": " + std::to_string(image.size()));
+  m = std::regex_replace(m, std::regex("\"image_sha256\": \"[0-9a-f]+\""),
+                         "\"image_sha256\": \"" + sha256_hex(image) + "\"");
+  test::write_text(entry + "/manifest.json", m);
+}
+
+std::string pin(const std::string& layer, const std::string& index_file) {
+  std::vector<std::pair<std::string, std::string>> listed;
+  for (const EntryStatus& e : DiskCache(writable(layer)).scan(true)) {
+    const std::string folder(llvm::sys::path::filename(e.directory));
+    const std::string key(llvm::sys::path::filename(llvm::sys::path::parent_path(e.directory)));
+    listed.emplace_back(key + "/" + folder, e.image_sha256);
+  }
+  test::write_text(index_file, format_layer_index(listed));
+  return index_file;
+}
+
+TEST(DiskCachePinnedIndex, OnlyListedImagesOfReadOnlyLayersAreServed) {
+  test::TempDir shipped, local, outside;
+  const std::string entry = publish_one(shipped.path());
+  CacheConfig config = writable(local.path());
+  config.read_only_dirs = {shipped.path()};
+  config.pinned_index = pin(shipped.path(), outside / "layer.index");
+  {
+    Collected collected;
+    EXPECT_EQ(get_with(config, collected).origin, Origin::Disk);
+    EXPECT_TRUE(collected.problems.empty());
+  }
+  // A forged image with a matching manifest: accepted without the pin, refused with it.
+  forge_image(entry, test::read_text(publish_one(outside.path(), bf16_source(2 * kDefaultHidden)) + "/kernel.cubin"));
+  CacheConfig unpinned = config;
+  unpinned.pinned_index.clear();
+  unpinned.writable_dir.clear();
+  {
+    Collected collected;
+    EXPECT_EQ(get_with(unpinned, collected).origin, Origin::Disk);  // the hole the pin closes
+  }
+  {
+    Collected collected;
+    const CacheLookup lookup = get_with(config, collected);
+    EXPECT_EQ(lookup.origin, Origin::Compiled);
+    ASSERT_FALSE(collected.problems.empty());
+    EXPECT_NE(collected.problems[0].find("its image differs from the pinned index"), std::string::npos)
+        << collected.problems[0];
+  }
+  // An entry the index does not list, and an index that does not load, are refused too.
+  test::write_text(outside / "empty.index", std::string(kLayerIndexFormat) + "\n");
+  config.pinned_index = outside / "empty.index";
+  config.writable_dir.clear();
+  config.offline = true;
+  Collected unlisted;
+  KernelCache cache(config, unlisted.sink());
+  EXPECT_EQ(take_error(cache.get(bf16_source()).takeError()).code, ErrorCode::OfflineMiss);
+  ASSERT_FALSE(unlisted.problems.empty());
+  EXPECT_NE(unlisted.problems[0].find("not listed in the pinned index"), std::string::npos) << unlisted.problems[0];
+  test::write_text(outside / "bad.index", "exactjit-cache-index-1\nno-slash 1234\n");
+  config.pinned_index = outside / "bad.index";
+  Collected unusable;
+  KernelCache bad(config, unusable.sink());
+  EXPECT_FALSE(static_cast<bool>(bad.get(bf16_source())));
+  ASSERT_FALSE(unusable.problems.empty());
+  EXPECT_NE(unusable.problems[0].find("bad.index line 2"), std::string::npos) << unusable.problems[0];
+}
+
 // A folder outside the cache that a link inside it points to: nothing in it may be deleted.
 struct Victim {
   test::TempDir dir;

@@ -240,6 +240,20 @@ llvm::Expected<DiskEntry> read_entry(const std::string& directory, const std::st
 }
 
 DiskCache::DiskCache(CacheConfig config) : config_(std::move(config)) {
+  if (config_.layer_check != CacheConfig::LayerCheck::Off) {
+    for (const std::string& layer : config_.read_only_dirs) {
+      for (const std::string& folder : {layer, layer_root(layer)}) {
+        fs::file_status st;
+        if (fs::status(folder, st) || !(st.permissions() & fs::others_write)) continue;
+        const bool refuse = config_.layer_check == CacheConfig::LayerCheck::Refuse;
+        layer_warnings_.push_back(fmt::format("read-only cache layer {}: {} is writable by every user, so anyone can "
+                                              "replace its kernels ({}; EXACTJIT_CACHE_LAYER_CHECK)",
+                                              layer, folder, refuse ? "skipped" : "used anyway"));
+        if (refuse) refused_layers_.push_back(layer);
+        break;
+      }
+    }
+  }
   if (config_.pinned_index.empty()) return;
   auto index = read_layer_index(config_.pinned_index);
   if (index) index_ = std::move(*index);
@@ -251,7 +265,9 @@ llvm::Expected<std::optional<DiskEntry>> DiskCache::lookup(const KernelSource& s
   std::vector<std::pair<std::string, bool>> layers;  // (dir, writable)
   for (const std::string& dir : config_.read_only_dirs) layers.emplace_back(dir, false);
   if (!config_.writable_dir.empty()) layers.emplace_back(config_.writable_dir, true);
+  std::call_once(warned_, [&] { problems.insert(problems.end(), layer_warnings_.begin(), layer_warnings_.end()); });
   for (const auto& [layer, writable] : layers) {
+    if (!writable && llvm::is_contained(refused_layers_, layer)) continue;
     const std::string folder = join_path(layer_root(layer), source_key);
     if (writable && (is_link(layer_root(layer)) || is_link(folder))) {
       problems.push_back(fmt::format("{} is or lies under a symbolic link; the writable cache does not follow "

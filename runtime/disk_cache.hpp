@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -101,6 +102,11 @@ class DiskCache {
   // read-only entry is refused (a pin that does not load must not fail open).
   LayerIndex index_;
   std::string index_problem_;
+  // Read-only layers any user may write (EXACTJIT_CACHE_LAYER_CHECK): what to report, once, and
+  // with Refuse, which layers lookups skip.
+  std::vector<std::string> layer_warnings_;
+  std::vector<std::string> refused_layers_;
+  mutable std::once_flag warned_;
 };
 
 /// Verifies one entry folder; returns the entry or a description of what is wrong with it. With

@@ -35,6 +35,9 @@ CacheConfig cache_config_from_environment() {
   const std::string offline = env("EXACTJIT_OFFLINE");
   config.offline = !offline.empty() && offline != "0" && offline != "false";
   config.pinned_index = env("EXACTJIT_CACHE_INDEX");
+  const std::string check = env("EXACTJIT_CACHE_LAYER_CHECK");
+  if (check == "refuse") config.layer_check = CacheConfig::LayerCheck::Refuse;
+  else if (check == "off") config.layer_check = CacheConfig::LayerCheck::Off;
   return config;
 }
 

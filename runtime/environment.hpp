@@ -4,6 +4,9 @@
 //   EXACTJIT_OFFLINE=1   never compile: a miss is an error naming the prewarm command
 //   EXACTJIT_CACHE_INDEX a pinned layer index (runtime/layer_index.hpp): read-only entries not in it,
 //                        or whose image differs from it, are refused
+//   EXACTJIT_CACHE_LAYER_CHECK=warn|refuse|off  a read-only layer that any user may write (its
+//                        folder or its exactjit-v1 is world-writable) is reported (default), skipped,
+//                        or accepted silently
 #pragma once
 
 #include <string>
@@ -16,6 +19,7 @@ struct CacheConfig {
   std::vector<std::string> read_only_dirs;  ///< searched first, in order
   bool offline = false;
   std::string pinned_index;  ///< empty: read-only entries are trusted by their own manifests
+  enum class LayerCheck { Warn, Refuse, Off } layer_check = LayerCheck::Warn;
 };
 
 /// The configuration the environment describes (see the file comment).

@@ -404,6 +404,38 @@ TEST(DiskCachePinnedIndex, OnlyListedImagesOfReadOnlyLayersAreServed) {
   EXPECT_NE(unusable.problems[0].find("bad.index line 2"), std::string::npos) << unusable.problems[0];
 }
 
+TEST(DiskCache, ReadOnlyLayerAnyoneMayWriteIsReportedOrRefused) {
+  test::TempDir shipped, local;
+  publish_one(shipped.path());
+  ASSERT_FALSE(llvm::sys::fs::setPermissions(shipped / kCacheFormatDir, llvm::sys::fs::all_all));  // 0777
+  CacheConfig config = writable(local.path());
+  config.read_only_dirs = {shipped.path()};
+  {
+    Collected collected;  // warn (the default): used, reported once per cache
+    KernelCache cache(config, collected.sink());
+    EXPECT_EQ(test::expect_value(cache.get(bf16_source())).origin, Origin::Disk);
+    EXPECT_EQ(test::expect_value(cache.get(bf16_source(2 * kDefaultHidden))).origin, Origin::Compiled);
+    ASSERT_EQ(collected.problems.size(), 1u);
+    EXPECT_NE(collected.problems[0].find("writable by every user"), std::string::npos) << collected.problems[0];
+    EXPECT_NE(collected.problems[0].find("used anyway"), std::string::npos);
+  }
+  config.layer_check = CacheConfig::LayerCheck::Refuse;
+  {
+    Collected collected;
+    EXPECT_EQ(get_with(config, collected).origin, Origin::Compiled);
+    ASSERT_FALSE(collected.problems.empty());
+    EXPECT_NE(collected.problems[0].find("skipped"), std::string::npos) << collected.problems[0];
+  }
+  config.layer_check = CacheConfig::LayerCheck::Off;
+  {
+    Collected collected;
+    const CacheLookup lookup = get_with(config, collected);
+    EXPECT_EQ(lookup.origin, Origin::Disk);
+    EXPECT_EQ(lookup.kernel->directory.rfind(shipped.path(), 0), 0u) << lookup.kernel->directory;
+    EXPECT_TRUE(collected.problems.empty());
+  }
+}
+
 // A folder outside the cache that a link inside it points to: nothing in it may be deleted.
 struct Victim {
   test::TempDir dir;

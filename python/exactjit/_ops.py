@@ -102,10 +102,10 @@ def _call(overload, impl, args, tensors, function=None, differentiable=()):
     implementation (no gradient needed) or `function` (an input in `differentiable` requires
     grad) without the dispatcher."""
     if _direct(*tensors):
-        if function is not None and _needs_grad(*differentiable):
-            return function.apply(None, *args)
         if not _needs_grad(*differentiable):
             return impl(*args)
+        if function is not None:
+            return function.apply(None, *args)
     return overload(*args)
 
 

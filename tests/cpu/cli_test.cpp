@@ -215,18 +215,7 @@ TEST(Cli, CacheVerifyRebuildProvesEachImageComesFromItsSource) {
   for (llvm::sys::fs::recursive_directory_iterator it(cli.cache.path(), ec), end; it != end && !ec; it.increment(ec))
     if (llvm::sys::path::filename(it->path()) == "kernel.cubin") cubins.push_back(it->path());
   ASSERT_EQ(cubins.size(), 4u);
-  const std::string victim = cubins[0], donor_image = test::read_text(cubins[1]);
-  const std::string manifest = std::string(llvm::sys::path::parent_path(victim)) + "/manifest.json";
-  const std::string donor_manifest = test::read_text(std::string(llvm::sys::path::parent_path(cubins[1])) +
-                                                     "/manifest.json");
-  std::smatch sha, bytes;
-  ASSERT_TRUE(std::regex_search(donor_manifest, sha, std::regex("\"image_sha256\": \"[0-9a-f]+\"")));
-  ASSERT_TRUE(std::regex_search(donor_manifest, bytes, std::regex("\"image_bytes\": [0-9]+")));
-  std::string m = test::read_text(manifest);
-  m = std::regex_replace(m, std::regex("\"image_sha256\": \"[0-9a-f]+\""), sha.str());
-  m = std::regex_replace(m, std::regex("\"image_bytes\": [0-9]+"), bytes.str());
-  test::write_text(manifest, m);
-  test::write_text(victim, donor_image);
+  test::forge_image(std::string(llvm::sys::path::parent_path(cubins[0])), test::read_text(cubins[1]));
   EXPECT_EQ(cli.run({"cache", "verify"}).exit_code, 0);
   const auto forged = cli.run({"cache", "verify", "--rebuild"});
   EXPECT_EQ(forged.exit_code, 1) << forged.out;

@@ -336,17 +336,6 @@ TEST(DiskCache, StaleLockOfAnotherHostIsBrokenAndPruned) {
   EXPECT_FALSE(llvm::sys::fs::exists(lock));
 }
 
-// Swaps the image of `entry` for `image` and rewrites its manifest's image size and hash to match:
-// what someone who can write a layer can do. The entry still verifies against its own manifest.
-void forge_image(const std::string& entry, const std::string& image) {
-  test::write_text(entry + "/kernel.cubin", image);
-  std::string m = test::read_text(entry + "/manifest.json");
-  m = std::regex_replace(m, std::regex("\"image_bytes\": [0-9]+"), "\"image_bytes\": " + std::to_string(image.size()));
-  m = std::regex_replace(m, std::regex("\"image_sha256\": \"[0-9a-f]+\""),
-                         "\"image_sha256\": \"" + sha256_hex(image) + "\"");
-  test::write_text(entry + "/manifest.json", m);
-}
-
 std::string pin(const std::string& layer, const std::string& index_file) {
   std::vector<std::pair<std::string, std::string>> listed;
   for (const EntryStatus& e : DiskCache(writable(layer)).scan(true)) {
@@ -370,7 +359,7 @@ TEST(DiskCachePinnedIndex, OnlyListedImagesOfReadOnlyLayersAreServed) {
     EXPECT_TRUE(collected.problems.empty());
   }
   // A forged image with a matching manifest: accepted without the pin, refused with it.
-  forge_image(entry, test::read_text(publish_one(outside.path(), bf16_source(2 * kDefaultHidden)) + "/kernel.cubin"));
+  test::forge_image(entry, test::read_text(publish_one(outside.path(), bf16_source(2 * kDefaultHidden)) + "/kernel.cubin"));
   CacheConfig unpinned = config;
   unpinned.pinned_index.clear();
   unpinned.writable_dir.clear();

@@ -1,11 +1,14 @@
 // exactjit test support (see test_support.hpp).
 #include "support/test_support.hpp"
 
+#include "codegen/digest.hpp"
+
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/Program.h>
 
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 namespace exactjit::test {
@@ -56,6 +59,15 @@ CommandResult run_command(const std::string& program, const std::vector<std::str
   llvm::sys::fs::remove(out_file);
   llvm::sys::fs::remove(err_file);
   return result;
+}
+
+void forge_image(const std::string& entry, const std::string& image) {
+  write_text(entry + "/kernel.cubin", image);
+  std::string m = read_text(entry + "/manifest.json");
+  m = std::regex_replace(m, std::regex("\"image_bytes\": [0-9]+"), "\"image_bytes\": " + std::to_string(image.size()));
+  m = std::regex_replace(m, std::regex("\"image_sha256\": \"[0-9a-f]+\""),
+                         "\"image_sha256\": \"" + sha256_hex(image) + "\"");
+  write_text(entry + "/manifest.json", m);
 }
 
 }  // namespace exactjit::test

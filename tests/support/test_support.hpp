@@ -35,6 +35,11 @@ CommandResult run_command(const std::string& program, const std::vector<std::str
 std::string read_text(const std::string& file);
 void write_text(const std::string& file, const std::string& text);
 
+/// Swaps the image of the cache entry folder `entry` for `image` and rewrites its manifest's image
+/// size and SHA-256 to match: what someone who can write a layer can do. The entry still verifies
+/// against its own manifest.
+void forge_image(const std::string& entry, const std::string& image);
+
 /// Fails the test with the error's message if it is an error; returns the value.
 template <typename T> T expect_value(llvm::Expected<T> value) {
   if (!value) {

@@ -244,7 +244,9 @@ def main():
         from exactjit.integrations import diffusers as xjd
         if not torch.cuda.is_available():
             raise RuntimeError("torch sees no CUDA device")
-        meta.update(diffusers=diffusers.__version__, exactjit=exactjit.version(), device=torch.cuda.get_device_name())
+        from exactjit import _extension, ops  # noqa: F401 - registers the operators, loads the extension
+        meta.update(diffusers=diffusers.__version__, exactjit=exactjit.version(), device=torch.cuda.get_device_name(),
+                    extension=_extension.path or f"not loaded ({_extension.reason})")
         model = setup.build_model(torch.bfloat16, device="cuda", seed=args.seed)
     except Exception as e:
         log(f"cannot run: {type(e).__name__}: {e}")

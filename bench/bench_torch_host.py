@@ -7,13 +7,16 @@ Three numbers per case, each the median over --reps batches of --calls calls:
   GPU us    CUDA events around the same batch: the device time of one call once the host is ahead
   wall us   one call back to back with nothing queued ahead, synchronised once after the batch:
             what a training loop sees, max(host, GPU) when they overlap
-Paths (which code the number comes from; all go through ctypes, there is no compiled extension):
+Paths (which code the number comes from):
   public    exactjit.<op>(...) as a user calls it: in eager, the eager shortcut (see _ops._direct):
             the implementation called directly, or with grad the op's autograd.Function, no
-            dispatcher
+            dispatcher. The implementation is the C++ kernel of libexactjit_torch.so where it is
+            loaded (one hop through the dispatcher's CUDA key), else the Python one over ctypes
+  public (ctypes)  the same with the Python implementations, as a build without the extension
+            runs (only measured when the extension is loaded)
   operator  torch.ops.exactjit.<op>.default(...): the dispatcher, the registered autograd kernel
-            (no grad needed here, so it redispatches) and the implementation (what compiled
-            graphs call)
+            (no grad needed here, so it redispatches) and the implementation, C++ where loaded
+            (what compiled graphs call)
   raw       Runtime._<op> alone (the ctypes launch with its DLTensor packing, no torch layer)
   eager     the eager PyTorch expression exactjit replaces
 Forward cases run under torch.no_grad at S = 4097 (host cost does not depend on S); fwd+bwd cases
@@ -26,6 +29,7 @@ Targets (issue 13): forward <= 8 us host; fwd+bwd wall <= 250 us (gate_residual)
   python3 bench/bench_torch_host.py [--calls 100] [--reps 30] [--report r.md] [--json r.json] [--profile]
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -36,6 +40,36 @@ import torch
 
 H, T, S, EPS = 5376, 3, 4097, 1e-5
 TARGETS_US = {"forward": 8.0, "gate_residual fwd+bwd": 250.0, "rms_norm+mod fwd+bwd": 300.0}
+
+
+@contextlib.contextmanager
+def ctypes_path():
+    """The public functions on the Python implementations even where the extension is loaded:
+    what a build without it runs."""
+    from exactjit import _extension
+    saved, _extension.path = _extension.path, None
+    try:
+        yield
+    finally:
+        _extension.path = saved
+
+
+def with_ctypes(paths):
+    """`paths` plus a "public (ctypes)" entry where the extension is loaded."""
+    from exactjit import _extension
+    if _extension.path is None or "public" not in paths:
+        return paths
+    out = {}
+    for name, fn in paths.items():
+        out[name] = fn
+        if name == "public":
+            out["public (ctypes)"] = fn
+    return out
+
+
+def timed(path, fn, calls, reps):
+    with ctypes_path() if path == "public (ctypes)" else contextlib.nullcontext():
+        return measure(fn, calls, reps)
 
 
 def log(*args):
@@ -199,26 +233,28 @@ def main():
     args = p.parse_args()
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
     import exactjit as xj
+    from exactjit import _extension, ops  # noqa: F401 - registers the operators, loads the extension
     meta = dict(commit=os.environ.get("EXACTJIT_COMMIT", "unknown"), torch=torch.__version__,
-                device=torch.cuda.get_device_name(), library=xj.library_path(), calls=args.calls, reps=args.reps,
+                device=torch.cuda.get_device_name(), library=xj.library_path(),
+                extension=_extension.path or f"not loaded ({_extension.reason})", calls=args.calls, reps=args.reps,
                 S=S, H=H, dtype="bf16")
     inp = Inputs()
     rows = []
     with torch.no_grad():
         for case, paths in forward_cases(xj, inp).items():
-            for path, fn in paths.items():
-                host, gpu, wall = measure(fn, args.calls, args.reps)
+            for path, fn in with_ctypes(paths).items():
+                host, gpu, wall = timed(path, fn, args.calls, args.reps)
                 rows.append(dict(case=case, path=path, host_us=round(host, 2), gpu_us=round(gpu, 2),
                                  wall_us=round(wall, 2)))
-                log(f"{case:<28} {path:<9} host {host:8.2f} us  GPU {gpu:8.2f} us  wall {wall:8.2f} us")
+                log(f"{case:<28} {path:<15} host {host:8.2f} us  GPU {gpu:8.2f} us  wall {wall:8.2f} us")
     profiles = {}
     for case, paths in training_cases(xj, inp).items():
-        for path, fn in paths.items():
-            host, gpu, wall = measure(fn, max(args.calls // 10, 5), args.reps)
+        for path, fn in with_ctypes(paths).items():
+            host, gpu, wall = timed(path, fn, max(args.calls // 10, 5), args.reps)
             rows.append(dict(case=case, path=path, host_us=round(host, 2), gpu_us=round(gpu, 2),
                              wall_us=round(wall, 2)))
-            log(f"{case:<28} {path:<9} host {host:8.2f} us  GPU {gpu:8.2f} us  wall {wall:8.2f} us")
-            if args.profile and "fwd+bwd" in case:
+            log(f"{case:<28} {path:<15} host {host:8.2f} us  GPU {gpu:8.2f} us  wall {wall:8.2f} us")
+            if args.profile and "fwd+bwd" in case and path != "public (ctypes)":
                 profiles[f"{case}, {path}"] = profile_table(fn)
 
     forward = set(forward_cases(xj, inp)) - {"one eager op (torch.add)"}

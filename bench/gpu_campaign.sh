@@ -68,8 +68,12 @@ fi
 # The PyTorch integration: operators (opcheck, torch.compile, CUDA graphs), host cost, diffusers'
 # MiniMax-H3 patched (bitwise forward, gradients against fp64, compiled), the end-to-end benchmark.
 step python-cpu python_cpu.log python3 tests/python/test_ops_cpu.py
+step python-extension python_extension.log python3 tests/python/test_extension_cpu.py
 step python-integration python_integration.log python3 tests/python/test_integration_cpu.py
 step ops ops.log python3 tests/gpu/ops_torch.py --report "$OUT/ops.md" --json "$LOGS/ops.json"
+# The same checks on the ctypes path (a build without libexactjit_torch.so); report in the logs.
+step ops-ctypes ops_ctypes.log env EXACTJIT_TORCH_EXTENSION=off python3 tests/gpu/ops_torch.py \
+  --report "$LOGS/ops_ctypes.md" --json "$LOGS/ops_ctypes.json"
 step host host.log python3 bench/bench_torch_host.py --profile --report "$OUT/host.md" --json "$LOGS/host.json"
 step diffusers diffusers.log timeout 400 python3 tests/gpu/diffusers_torch.py --report "$OUT/diffusers.md" \
   --json "$LOGS/diffusers.json"

@@ -27,6 +27,9 @@ formula per op.
 
 The implementations are registered for every device: a CPU tensor reaches the library, which
 refuses it naming the op and the argument, rather than a "no kernel for CPU" from the dispatcher.
+Where libexactjit_torch.so is built (_extension.py), each operator also has a CUDA kernel in C++
+that does the same below Python; the dispatcher prefers it for CUDA tensors, and the eager
+shortcut reaches it in one hop.
 
 Importing this module imports torch and registers the operators; `import exactjit` does it when
 torch is already imported, otherwise the first op call (or `exactjit.ops`) does.
@@ -34,6 +37,7 @@ torch is already imported, otherwise the first op call (or `exactjit.ops`) does.
 import torch
 from torch import Tensor
 
+from . import _extension
 from ._errors import invalid_argument
 from ._runtime import _import_torch, _require_tensors, default_runtime
 
@@ -43,8 +47,10 @@ _FLT_EPSILON = torch.finfo(torch.float32).eps  # torch's RMSNorm eps when eps is
 _LIBRARY = torch.library.Library("exactjit", "DEF")
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
 _PLAIN_TYPES = (Tensor, torch.nn.Parameter)
+_CUDA_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
 
 OPERATORS = {}  # name -> OpOverload of every operator this module defines
+IMPLEMENTATIONS = {}  # name -> its Python implementation (over ctypes)
 
 
 def _define(schema, impl, fake):
@@ -55,6 +61,7 @@ def _define(schema, impl, fake):
     _LIBRARY.impl(name, impl, "CompositeExplicitAutograd")
     torch.library.register_fake(f"exactjit::{name}", fake, lib=_LIBRARY)
     OPERATORS[name] = getattr(torch.ops.exactjit, name).default
+    IMPLEMENTATIONS[name] = impl
     return OPERATORS[name]
 
 
@@ -73,7 +80,7 @@ def _below_autograd(keyset, overload, impl, args):
     """A Function's forward: the implementation itself on the eager shortcut (keyset None), else
     the operator below autograd."""
     if keyset is None:
-        return impl(*args)
+        return _run(overload, impl, args)
     with torch._C._AutoDispatchBelowAutograd():
         return overload.redispatch(keyset & _AFTER_AUTOGRAD, *args)
 
@@ -103,10 +110,25 @@ def _call(overload, impl, args, tensors, function=None, differentiable=()):
     grad) without the dispatcher."""
     if _direct(*tensors):
         if not _needs_grad(*differentiable):
-            return impl(*args)
+            return _run(overload, impl, args)
         if function is not None:
             return function.apply(None, *args)
     return overload(*args)
+
+
+def _run(overload, impl, args):
+    """The implementation itself, for the eager shortcut: the extension's C++ kernel where it is
+    loaded (one hop from Python straight to the CUDA kernel; its errors become exactjit.Errors, as
+    the ctypes path raises them), else the Python implementation."""
+    if _extension.path is None:
+        return impl(*args)
+    try:
+        return overload._handle.redispatch_boxed(_CUDA_KEYS, *args)
+    except RuntimeError as e:
+        error = _extension.translated(e)
+        if error is None:
+            raise
+        raise error from None
 
 
 def _empty(like, dtype=None):
@@ -476,3 +498,8 @@ def adaln_projection(temb, weight, bias, *, silu=True):
     weights on tensor cores (the SiLU and the cast fused into the GEMV): (T, 18H) for a block,
     (T, 2H) for the final norm. Differentiable in temb, weight and bias for T <= 8."""
     return det_linear(temb, weight, bias, silu=silu)
+
+
+# The CUDA kernels in C++ where libexactjit_torch.so is built (they replace the Python
+# implementations above for CUDA tensors), on the same runtime as every other exactjit call.
+_extension.load(torch, default_runtime().handle)

@@ -60,6 +60,7 @@ def default_runtime():
         with _default_lock:
             if _default_runtime is None:
                 _default_runtime = Runtime()
+                _default_runtime._shared = True
             rt = _default_runtime
     return rt
 
@@ -135,6 +136,7 @@ class Runtime:
     def __init__(self, *, cache_dir=None, read_only_cache_path=None, offline=None, arch=None,
                  check_after_launch=None):
         self._handle = None
+        self._shared = False
         options = None
         if any(v is not None for v in (cache_dir, read_only_cache_path, offline, arch,
                                         check_after_launch)):
@@ -160,7 +162,12 @@ class Runtime:
         return self._handle
 
     def close(self):
-        """Destroys the xj_runtime. Kernels already launched must have finished (synchronize)."""
+        """Destroys the xj_runtime. Kernels already launched must have finished (synchronize).
+        The shared runtime (exactjit.runtime()) serves every op, the C++ kernels' too, until the
+        process exits: closing it is refused."""
+        if self._shared:
+            raise invalid_argument("exactjit.runtime() is shared by every exactjit op until the process exits and "
+                                   "cannot be closed; close an exactjit.Runtime() of your own instead")
         handle, self._handle = self._handle, None
         if handle is not None:
             _lib.lib.xj_runtime_destroy(handle)
@@ -174,7 +181,7 @@ class Runtime:
     def __del__(self):
         # NOTE: at interpreter exit the CUDA context may already be torn down (torch's atexit
         # hooks, driver shutdown); leaking the runtime then is safe, destroying it is not.
-        if not sys.is_finalizing():
+        if not sys.is_finalizing() and not self._shared:
             self.close()
 
     def gate_residual(self, residual, gate, index, y, *, out=None):

@@ -47,11 +47,13 @@ class Data:
 
 
 def import_exactjit(meta):
-    """exactjit with every C entry point and a CUDA device; notes its version, library and the
-    device in meta; raises with the reason when one is missing."""
+    """exactjit with every C entry point and a CUDA device; notes its version, library, torch
+    extension (or why it is not loaded) and the device in meta; raises with the reason when one
+    is missing."""
     import exactjit as xj
-    from exactjit import _lib
-    meta.update(exactjit=xj.version(), library=xj.library_path())
+    from exactjit import _extension, _lib, ops  # noqa: F401 - ops registers the operators, loads the extension
+    meta.update(exactjit=xj.version(), library=xj.library_path(),
+                extension=_extension.path or f"not loaded ({_extension.reason})")
     if _lib.missing:
         raise RuntimeError(f"the library lacks {', '.join(sorted(_lib.missing))}")
     if not torch.cuda.is_available():

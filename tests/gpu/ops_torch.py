@@ -7,6 +7,10 @@ Groups (--groups):
             tensors, forward and backward operators, gate_residual_out included
   direct    the eager shortcut (the implementation called without the dispatcher) gives the bits
             the operator gives, for every forward
+  extension libexactjit_torch.so is loaded; its C++ kernel of every operator gives the bits of
+            the Python implementation over ctypes; a bad index it launched is reported by
+            exactjit.synchronize() (one shared runtime); its argument errors are the ctypes path's
+            (fails when the extension is not loaded: leave the group out to test a build without it)
   compile   the conditioning chain of one block (sinusoid, modulated norm1, gated residual,
             modulated norm2, gated residual) written with exactjit ops: torch._dynamo.explain finds
             0 graph breaks; torch.compile(fullgraph=True) forward output and every gradient bitwise
@@ -36,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_support  # noqa: E402
 from check_support import Data, compare, log  # noqa: E402
 
-GROUPS = ("opcheck", "direct", "compile", "capture", "block")
+GROUPS = ("opcheck", "direct", "extension", "compile", "capture", "block")
 H, T, EPS = 5376, 3, 1e-5
 
 
@@ -105,7 +109,8 @@ def run_step(fn, inputs):
 NAMES = ["n1", "n2", "out", "temb", "d_table", "d_x", "d_attn", "d_ff", "d_weight", "d_t"]
 
 
-def opcheck_group(suite, data):
+def operator_cases(data):
+    """name -> (OpOverload, args): one small call of every operator on CUDA tensors."""
     import exactjit
     s, h = 64, 256
     rows = (data.rows((T, 18 * h), torch.bfloat16)).view(3 * T, 6 * h)
@@ -139,6 +144,12 @@ def opcheck_group(suite, data):
                                 (data.rows((T, 6 * h), torch.bfloat16), temb, w_bf16, None, True, True, True, True)),
         "det_linear fp32": (ops.det_linear.default, (temb, w_fp32, None, True, True)),
     }
+    return cases
+
+
+def opcheck_group(suite, data):
+    import exactjit
+    cases = operator_cases(data)
     differentiable = {"gate_residual": (0, 1, 3), "rms_norm": (0, 1, 3, 4), "adaln_row_gather": (0,),
                       "timestep_sinusoid": (0,), "det_linear": (0, 1), "det_linear fp32": (0, 1)}
     missing = set(exactjit.ops.OPERATORS) - {name.split()[0] for name in cases}
@@ -152,6 +163,68 @@ def opcheck_group(suite, data):
             bad = {k: v for k, v in results.items() if v != "SUCCESS"}
             return not bad, f"{', '.join(results)}: SUCCESS" if not bad else str(bad)
         suite.run("opcheck", name, check)
+
+
+def outputs(result):
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def extension_group(suite, data):
+    import exactjit
+    from exactjit import _extension, _ops
+    suite.run("extension", "libexactjit_torch.so loaded",
+              lambda: (_extension.path is not None, _extension.path or f"not loaded: {_extension.reason}"))
+    if _extension.path is None:
+        return
+    for name, (overload, args) in operator_cases(data).items():
+        def check(overload=overload, args=args, name=name):
+            op = name.split()[0]
+            impl = _ops.IMPLEMENTATIONS[op]
+            if op == "gate_residual_out":  # the result is the out argument
+                ext_out, py_out = torch.full_like(args[4], float("nan")), torch.full_like(args[4], float("nan"))
+                _ops._run(overload, impl, args[:4] + (ext_out,))
+                impl(*args[:4], py_out)
+                got, want = [ext_out], [py_out]
+            else:
+                got, want = outputs(_ops._run(overload, impl, args)), outputs(impl(*args))
+            return all_equal([(f"output {k}", g, w) for k, (g, w) in enumerate(zip(got, want))])
+        suite.run("extension", f"C++ kernel == ctypes: {name}", check)
+
+    def bad_index():
+        s, h = 64, 256
+        rows = data.rows((3 * T, 6 * h), torch.bfloat16)
+        x = data.rows((1, s, h), torch.bfloat16)
+        index = data.index(s, 3 * T)
+        index[5] = 3 * T + 4
+        gate = rows[:, :h]
+        _ops._run(_ops.GATE_RESIDUAL, _ops._gate_residual_impl, (x, gate, index, x))
+        try:
+            exactjit.synchronize()
+            return False, "no BadIndexError after a bad index launched by the C++ kernel"
+        except exactjit.BadIndexError as e:
+            reported = str(e)
+        index[5] = 0
+        _ops._run(_ops.GATE_RESIDUAL, _ops._gate_residual_impl, (x, gate, index, x))
+        exactjit.synchronize()  # the record was cleared and the context is usable
+        return "gate_residual" in reported, f"synchronize(): {reported[:160]}"
+    suite.run("extension", "bad index from the C++ kernel reported by exactjit.synchronize()", bad_index)
+
+    def same_error():
+        x = data.rows((1, 64, 256), torch.bfloat16)
+        rows = data.rows((3 * T, 6 * 256), torch.bfloat16)
+        args = (x, rows[:, :256], data.index(64, 3 * T), x[:, :32])  # y's shape is not the residual's
+        errors = []
+        for call in (lambda: _ops._run(_ops.GATE_RESIDUAL, _ops._gate_residual_impl, args),
+                     lambda: _ops._gate_residual_impl(*args)):
+            try:
+                call()
+                errors.append(None)
+            except exactjit.Error as e:
+                errors.append(e)
+        ext, py = errors
+        ok = (isinstance(ext, exactjit.InvalidArgumentError) and type(ext) is type(py) and str(ext) == str(py))
+        return ok, f"C++: {ext!r}; ctypes: {py!r}"
+    suite.run("extension", "argument error == ctypes path's (type and message)", same_error)
 
 
 def direct_group(suite, data):
@@ -341,8 +414,8 @@ def main():
     log(f"exactjit {meta['exactjit']} ({meta['library']}), torch {torch.__version__}, {meta['device']}")
     suite = Suite(xj)
     data = Data(args.seed)
-    parts = {"opcheck": opcheck_group, "direct": direct_group, "compile": compile_group, "capture": capture_group,
-             "block": block_group}
+    parts = {"opcheck": opcheck_group, "direct": direct_group, "extension": extension_group,
+             "compile": compile_group, "capture": capture_group, "block": block_group}
     check_support.run_groups(suite, xj, {name: functools.partial(part, suite, data) for name, part in parts.items()},
                              groups)
     meta["seconds"] = round(time.perf_counter() - t0, 1)

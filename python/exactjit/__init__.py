@@ -1,7 +1,8 @@
 """exactjit for Python: JIT-generated CUDA kernels that are bitwise equal to PyTorch eager.
 
-A ctypes binding over libexactjit.so's C ABI (include/exactjit/exactjit.h); no compiled
-extension, so it matches any torch build. Importing it loads the library (which itself loads
+A ctypes binding over libexactjit.so's C ABI (include/exactjit/exactjit.h), so it matches any
+torch build; where libexactjit_torch.so is built (torch's stable ABI, _extension.py) the
+operators' CUDA kernels run in C++ instead. Importing it loads the library (which itself loads
 neither NVRTC nor libcuda until needed), so `import exactjit` works without torch or a GPU. Set
 EXACTJIT_LIBRARY to pick a library explicitly.
 

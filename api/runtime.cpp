@@ -74,10 +74,7 @@ Runtime::Impl::~Impl() {
   for (auto& slot : devices) {
     DeviceState* state = slot.load();
     if (!state) continue;
-    if (state->error_record) {
-      ScopedContext scope(*driver, state->context);
-      driver->cuMemFree(state->error_record);
-    }
+    state->errors.reset();  // frees in the context, before it is released
     driver->cuDevicePrimaryCtxRelease(state->device);
     delete state;
   }
@@ -112,12 +109,12 @@ llvm::Expected<DeviceState*> Runtime::Impl::device(int device_id) {
   if (auto err = driver->check(driver->cuDevicePrimaryCtxRetain(&state->context, state->device),
                                "cuDevicePrimaryCtxRetain"))
     return err;
-  auto record = allocate_error_record(*driver, state->context);
-  if (!record) {
+  auto errors = StreamErrorRecords::create(*driver, state->context);
+  if (!errors) {
     driver->cuDevicePrimaryCtxRelease(state->device);
-    return record.takeError();
+    return errors.takeError();
   }
-  state->error_record = *record;
+  state->errors = std::move(*errors);
   devices[device_id].store(state.get(), std::memory_order_release);
   return state.release();
 }
@@ -174,7 +171,8 @@ llvm::Expected<CUfunction> Runtime::Impl::function(DeviceState& state, KernelSpe
   return *function;
 }
 
-llvm::Error Runtime::Impl::launch_in_context(DeviceState& state, const LaunchPlan& plan, CUstream stream) {
+llvm::Error Runtime::Impl::launch_in_context(DeviceState& state, const LaunchPlan& plan, CUstream stream,
+                                             CUdeviceptr error_record) {
   if (plan.grid == 0) return llvm::Error::success();
   auto function = this->function(state, plan.spec, plan.shared_bytes);
   if (!function) return function.takeError();
@@ -184,7 +182,7 @@ llvm::Error Runtime::Impl::launch_in_context(DeviceState& state, const LaunchPla
     params[i] = plan.params[i];
     args[i] = &params[i];
   }
-  params[plan.param_count] = state.error_record;
+  params[plan.param_count] = error_record;
   args[plan.param_count] = &params[plan.param_count];
   if (auto err = driver->check(
           driver->cuLaunchKernel(*function, plan.grid, plan.grid_y, 1, plan.threads, 1, 1, plan.shared_bytes, stream, args,
@@ -200,10 +198,13 @@ llvm::Error Runtime::Impl::launch(llvm::ArrayRef<LaunchPlan> steps, void* stream
   if (!state) return state.takeError();
   ScopedContext scope(*driver, (*state)->context);
   const auto cu_stream = static_cast<CUstream>(stream);
+  StreamErrorRecords& errors = *(*state)->errors;
+  // A bad index an earlier kernel on this stream reported fails this call, before it launches.
+  if (auto err = errors.take_pending(cu_stream)) return err;
+  const CUdeviceptr record = errors.record(cu_stream);
   for (const LaunchPlan& step : steps)
-    if (auto err = launch_in_context(**state, step, cu_stream)) return err;
-  if (options.check_after_launch)
-    return check_error_record(*driver, (*state)->context, cu_stream, (*state)->error_record);
+    if (auto err = launch_in_context(**state, step, cu_stream, record)) return err;
+  if (options.check_after_launch) return errors.synchronize(cu_stream);
   return llvm::Error::success();
 }
 
@@ -311,8 +312,7 @@ long long adaln_row_gather_backward_workspace_bytes(long long seq, long long tab
 Status Runtime::synchronize(int device_id, void* stream) {
   auto state = impl_->device(device_id);
   if (!state) return to_status(state.takeError());
-  return to_status(check_error_record(*impl_->driver, (*state)->context, static_cast<CUstream>(stream),
-                                      (*state)->error_record));
+  return to_status((*state)->errors->synchronize(static_cast<CUstream>(stream)));
 }
 
 }  // namespace exactjit

@@ -3,6 +3,7 @@
 
 #include "exactjit/exactjit.hpp"
 #include "kernels/launch_plan.hpp"
+#include "runtime/device_errors.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/kernel_cache.hpp"
 #include "runtime/module_table.hpp"
@@ -21,13 +22,13 @@
 namespace exactjit {
 
 /// What the runtime keeps per CUDA device: its primary context, the target its kernels are
-/// compiled for, its device error record and the spec -> function map of the hot path.
+/// compiled for, its streams' error records and the spec -> function map of the hot path.
 struct DeviceState {
   CUdevice device = 0;
   CUcontext context = nullptr;
   Target target;
   int multiprocessors = 0;
-  CUdeviceptr error_record = 0;
+  std::unique_ptr<StreamErrorRecords> errors;
   std::shared_mutex mutex;
   std::unordered_map<KernelSpec, CUfunction, KernelSpecHash> functions;
 };
@@ -49,15 +50,17 @@ struct Runtime::Impl {
   /// The target and SM count of a device for the planners that need them; zeros when the device
   /// cannot be opened (the launch then reports why).
   DeviceTraits traits(const DLDevice& device);
-  /// Launches validated plans in order on `stream`, each with the device's error record appended;
+  /// Launches validated plans in order on `stream`, each with the stream's error record appended,
+  /// after taking the bad index pending on the stream (which fails the call, launching nothing);
   /// the device, its context and the check after launch are resolved once for all of them.
   llvm::Error launch(llvm::ArrayRef<LaunchPlan> steps, void* stream);
   llvm::Error launch(const LaunchPlan& plan, void* stream) { return launch(llvm::ArrayRef(plan), stream); }
   llvm::Error launch(const LaunchSequence& sequence, void* stream) {
     return launch(llvm::ArrayRef(sequence.steps, sequence.count), stream);
   }
-  /// One kernel launch in the current context: no context switch, no error-record check.
-  llvm::Error launch_in_context(DeviceState& state, const LaunchPlan& plan, CUstream stream);
+  /// One kernel launch in the current context, reporting into `error_record` (the stream's): no
+  /// context switch, no error-record check.
+  llvm::Error launch_in_context(DeviceState& state, const LaunchPlan& plan, CUstream stream, CUdeviceptr error_record);
 
   RuntimeOptions options;
   std::optional<Target> forced_target;

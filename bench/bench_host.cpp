@@ -40,6 +40,14 @@
 namespace exactjit {
 namespace {
 
+/// A cache over `dir` alone, with every other setting at its default.
+CacheConfig cache_over(std::string dir, bool offline) {
+  CacheConfig config;
+  config.writable_dir = std::move(dir);
+  config.offline = offline;
+  return config;
+}
+
 KernelSpec h3_gate_spec() {
   return spec_family(Op::GateResidual, DType::BF16, kDefaultHidden, 6 * kDefaultHidden, Target{90, false}).front();
 }
@@ -78,7 +86,7 @@ std::string prepared_cache() {
   static std::string dir = [] {
     llvm::SmallString<128> path;
     llvm::sys::fs::createUniqueDirectory("exactjit-bench-host", path);
-    KernelCache cache(CacheConfig{std::string(path), {}, false}, [](const std::string&) {});
+    KernelCache cache(cache_over(std::string(path), false), [](const std::string&) {});
     auto compiled = cache.get(codegen::render(h3_gate_spec()));
     if (!compiled) {
       fmt::print(stderr, "bench_host: {}\n", llvm::toString(compiled.takeError()));
@@ -93,7 +101,7 @@ void BM_KernelCacheMemoryHit(benchmark::State& state) {
   static KernelCache* cache = nullptr;
   static KernelSource source;
   if (state.thread_index() == 0) {
-    cache = new KernelCache(CacheConfig{prepared_cache(), {}, false}, [](const std::string&) {});
+    cache = new KernelCache(cache_over(prepared_cache(), false), [](const std::string&) {});
     source = codegen::render(h3_gate_spec());
     (void)cache->get(source);
   }
@@ -112,7 +120,7 @@ void BM_DiskHitFreshCache(benchmark::State& state) {
   const std::string dir = prepared_cache();
   const KernelSource source = codegen::render(h3_gate_spec());
   for (auto _ : state) {
-    KernelCache cache(CacheConfig{dir, {}, true}, [](const std::string&) {});  // offline: a miss would fail
+    KernelCache cache(cache_over(dir, true), [](const std::string&) {});  // offline: a miss would fail
     auto hit = cache.get(source);
     if (!hit || hit->origin != Origin::Disk) state.SkipWithError("not a disk hit");
     benchmark::DoNotOptimize(hit);
@@ -135,7 +143,8 @@ struct DispatchSetup {
   xj_runtime* c_runtime = nullptr;
   LaunchPlan plan;
   CUfunction function = nullptr;
-  CUdeviceptr errors = 0;
+  std::unique_ptr<StreamErrorRecords> errors;
+  CUdeviceptr error_record = 0;  // the default stream's
   std::unique_ptr<ModuleTable> modules;
 };
 
@@ -175,16 +184,17 @@ DispatchSetup& dispatch_setup() {
     d->cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
     KernelSpec spec = d->plan.spec;
     spec.target = Target{major * 10 + minor, false};
-    static KernelCache cache(CacheConfig{prepared_cache(), {}, false}, [](const std::string&) {});
+    static KernelCache cache(cache_over(prepared_cache(), false), [](const std::string&) {});
     auto kernel = cache.get(codegen::render(spec));
     if (!kernel) fail(kernel.takeError());
     d->modules = std::make_unique<ModuleTable>(*d->cu);
     auto function = d->modules->function(d->context, *kernel->kernel);
     if (!function) fail(function.takeError());
     d->function = *function;
-    auto errors = allocate_error_record(*d->cu, d->context);
+    auto errors = StreamErrorRecords::create(*d->cu, d->context);
     if (!errors) fail(errors.takeError());
-    d->errors = *errors;
+    d->errors = std::move(*errors);
+    d->error_record = d->errors->record(nullptr);
     // The first call of each API loads its kernel: made here, so no timed iteration compiles.
     const Status first = d->runtime.gate_residual(d->residual, d->gate, d->index, d->y, d->out, nullptr);
     if (!first.ok()) fail(llvm::createStringError(llvm::inconvertibleErrorCode(), first.message()));
@@ -235,7 +245,7 @@ void BM_DispatchBareLaunch(benchmark::State& state) {
       params[i] = d.plan.params[i];
       args[i] = &params[i];
     }
-    params[d.plan.param_count] = d.errors;
+    params[d.plan.param_count] = d.error_record;
     args[d.plan.param_count] = &params[d.plan.param_count];
     return d.cu->cuLaunchKernel(d.function, d.plan.grid, d.plan.grid_y, 1, d.plan.threads, 1, 1, 0, nullptr, args,
                                 nullptr) == CUDA_SUCCESS;

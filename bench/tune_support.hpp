@@ -3,6 +3,7 @@
 #pragma once
 
 #include "runtime/device_buffer.hpp"
+#include "runtime/device_errors.hpp"
 #include "runtime/driver.hpp"
 
 #include <fmt/format.h>
@@ -58,9 +59,10 @@ inline DeviceBuffer index_buffer(const Driver& cu, CUcontext ctx, int64_t count,
   return buffer;
 }
 
-/// A zeroed device error record for the kernels' last parameter.
+/// A zeroed device error record for the kernels' last parameter (no host mirror: a tuning run
+/// never reports).
 inline DeviceBuffer error_record(const Driver& cu, CUcontext ctx) {
-  DeviceBuffer buffer = die_on(DeviceBuffer::allocate(cu, ctx, 32));
+  DeviceBuffer buffer = die_on(DeviceBuffer::allocate(cu, ctx, sizeof(DeviceErrorRecord)));
   die_on(buffer.fill(0));
   return buffer;
 }

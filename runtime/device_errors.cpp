@@ -7,42 +7,100 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 namespace exactjit {
 
-llvm::Expected<CUdeviceptr> allocate_error_record(const Driver& driver, CUcontext context) {
-  ScopedContext scope(driver, context);
-  CUdeviceptr record = 0;
-  if (auto err = driver.check(driver.cuMemAlloc(&record, sizeof(DeviceErrorRecord)), "cuMemAlloc (error record)"))
-    return err;
-  if (auto err = driver.check(driver.cuMemsetD8(record, 0, sizeof(DeviceErrorRecord)), "cuMemsetD8 (error record)"))
-    return err;
-  return record;
-}
+namespace {
 
-llvm::Error check_error_record(const Driver& driver, CUcontext context, CUstream stream, CUdeviceptr record) {
-  ScopedContext scope(driver, context);
-  if (auto err = driver.check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize")) return err;
-  DeviceErrorRecord host{};
-  if (auto err = driver.check(driver.cuMemcpyDtoH(&host, record, sizeof host), "cuMemcpyDtoH (error record)"))
-    return err;
-  if (host.claimed == 0) return llvm::Error::success();
-  if (auto err = driver.check(driver.cuMemsetD8(record, 0, sizeof host), "cuMemsetD8 (error record)")) return err;
-  const unsigned code = host.op & 0xFFFFu;  // op code + 1; the argument sits above it
+/// The error a filled record stands for, naming the op and what it found.
+llvm::Error report_error(const DeviceErrorRecord& record) {
+  const unsigned code = record.op & 0xFFFFu;  // op code + 1; the argument sits above it
   if (code < 1) return make_error(ErrorCode::BadIndex, "a kernel reported a bad index without naming its op");
   const Op op = static_cast<Op>(code - 1);
   if (op == Op::TimestepSinusoid) {  // the value is the float itself
     float t = 0;
-    const uint32_t bits = static_cast<uint32_t>(host.value);
+    const uint32_t bits = static_cast<uint32_t>(record.value);
     std::memcpy(&t, &bits, sizeof t);
     return make_error(ErrorCode::BadIndex,
                       fmt::format("timestep_sinusoid: t[{}] = {} is not a finite value in [0, 1] (check_range)",
-                                  host.position, t));
+                                  record.position, t));
   }
   return make_error(ErrorCode::BadIndex,
                     fmt::format("{}: {}[{}] = {} is out of range [0, {}); the rows that use it were not written",
-                                op_name(op), index_argument_name(op, host.op >> 16), host.position, host.value,
-                                host.bound));
+                                op_name(op), index_argument_name(op, record.op >> 16), record.position, record.value,
+                                record.bound));
+}
+
+}  // namespace
+
+llvm::Expected<std::unique_ptr<StreamErrorRecords>> StreamErrorRecords::create(const Driver& driver,
+                                                                               CUcontext context) {
+  std::unique_ptr<StreamErrorRecords> records(new StreamErrorRecords(driver, context));
+  ScopedContext scope(driver, context);
+  constexpr size_t bytes = sizeof(DeviceErrorRecord) * kStreams;
+  void* host = nullptr;
+  if (auto err = driver.check(driver.cuMemHostAlloc(&host, bytes, CU_MEMHOSTALLOC_DEVICEMAP),
+                              "cuMemHostAlloc (error records)"))
+    return err;
+  records->host_ = static_cast<DeviceErrorRecord*>(host);
+  std::memset(host, 0, bytes);
+  CUdeviceptr mirrors = 0;
+  if (auto err = driver.check(driver.cuMemHostGetDevicePointer(&mirrors, host, 0),
+                              "cuMemHostGetDevicePointer (error records)"))
+    return err;
+  if (auto err = driver.check(driver.cuMemAlloc(&records->device_, bytes), "cuMemAlloc (error records)")) return err;
+  std::vector<DeviceErrorRecord> initial(kStreams, DeviceErrorRecord{});
+  for (int k = 0; k < kStreams; ++k) initial[k].mirror = mirrors + k * sizeof(DeviceErrorRecord);
+  if (auto err = driver.check(driver.cuMemcpyHtoD(records->device_, initial.data(), bytes),
+                              "cuMemcpyHtoD (error records)"))
+    return err;
+  return records;
+}
+
+StreamErrorRecords::~StreamErrorRecords() {
+  ScopedContext scope(driver_, context_);
+  if (device_) driver_.cuMemFree(device_);
+  if (host_) driver_.cuMemFreeHost(host_);
+}
+
+int StreamErrorRecords::slot(CUstream stream) {
+  {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    if (auto it = slots_.find(stream); it != slots_.end()) return it->second;
+  }
+  std::lock_guard<std::shared_mutex> lock(mutex_);
+  const int next = static_cast<int>(slots_.size());
+  return slots_.emplace(stream, next < kStreams ? next : kStreams - 1).first->second;
+}
+
+CUdeviceptr StreamErrorRecords::record(CUstream stream) {
+  return device_ + static_cast<CUdeviceptr>(slot(stream)) * sizeof(DeviceErrorRecord);
+}
+
+DeviceErrorRecord* StreamErrorRecords::mirror(CUstream stream) { return host_ + slot(stream); }
+
+llvm::Error StreamErrorRecords::take_pending(CUstream stream) {
+  DeviceErrorRecord* mirror = this->mirror(stream);
+  // The kernel writes the fields, fences (membar.sys) and then sets `claimed`: acquire pairs with it.
+  if (__atomic_load_n(&mirror->claimed, __ATOMIC_ACQUIRE) == 0) return llvm::Error::success();
+  const DeviceErrorRecord report = *mirror;
+  ScopedContext scope(driver_, context_);
+  // The device record stays claimed (no second report can start) until the memset, queued behind
+  // every kernel already on the stream, clears it; the mirror is cleared now.
+  std::memset(reinterpret_cast<char*>(mirror) + sizeof(uint32_t), 0, kErrorReportBytes - sizeof(uint32_t));
+  __atomic_store_n(&mirror->claimed, 0u, __ATOMIC_RELEASE);
+  if (auto err = driver_.check(driver_.cuMemsetD8Async(record(stream), 0, kErrorReportBytes, stream),
+                               "cuMemsetD8Async (error record)"))
+    return err;
+  return report_error(report);
+}
+
+llvm::Error StreamErrorRecords::synchronize(CUstream stream) {
+  ScopedContext scope(driver_, context_);
+  if (auto err = driver_.check(driver_.cuStreamSynchronize(stream), "cuStreamSynchronize")) return err;
+  return take_pending(stream);
 }
 
 }  // namespace exactjit

@@ -1,14 +1,20 @@
-// exactjit device error records: one small block of device memory per CUDA context that kernels
-// write a bad index into (templates/error_record.cuh) instead of trapping. The host reads it at a
-// synchronisation point, turns it into an error naming the op, and clears it; the context stays
-// usable throughout.
+// exactjit device error records: where a kernel writes a bad index (templates/error_record.cuh)
+// instead of trapping, so the CUDA context stays usable. One record per stream: the first
+// offending thread claims the record in device memory and writes its report into the record's
+// host-mapped mirror, so the host sees the error without synchronising. Every launch on a stream first takes
+// the error pending there (the call fails naming the op that found it, and launches nothing);
+// synchronize() waits for the stream, then does the same, for a definite answer.
 #pragma once
 
 #include "runtime/driver.hpp"
 
 #include <llvm/Support/Error.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <shared_mutex>
+#include <unordered_map>
 
 namespace exactjit {
 
@@ -19,14 +25,47 @@ struct DeviceErrorRecord {
   int64_t position;
   int64_t value;
   int64_t bound;
+  uint64_t mirror;  ///< device address of the host-mapped copy (0: none)
 };
-static_assert(sizeof(DeviceErrorRecord) == 32, "must match templates/error_record.cuh");
+static_assert(sizeof(DeviceErrorRecord) == 40, "must match templates/error_record.cuh");
+/// The bytes a report fills (everything but the mirror address), cleared after it is read.
+inline constexpr size_t kErrorReportBytes = offsetof(DeviceErrorRecord, mirror);
 
-/// Allocates and zeroes one record in `context`.
-llvm::Expected<CUdeviceptr> allocate_error_record(const Driver& driver, CUcontext context);
+/// The error records of one CUDA context. A fixed slab of kStreams records is allocated with the
+/// context, so a stream first seen under CUDA graph capture needs no allocation; each stream
+/// handle gets its own record on first use, and streams beyond the first kStreams - 1 share the
+/// last one (their errors are reported to each other). Thread-safe.
+class StreamErrorRecords {
+ public:
+  static constexpr int kStreams = 256;
 
-/// Waits for `stream`, reads the record and clears it: an error naming the op if a kernel
-/// reported a bad index since the last check.
-llvm::Error check_error_record(const Driver& driver, CUcontext context, CUstream stream, CUdeviceptr record);
+  static llvm::Expected<std::unique_ptr<StreamErrorRecords>> create(const Driver& driver, CUcontext context);
+  ~StreamErrorRecords();
+  StreamErrorRecords(const StreamErrorRecords&) = delete;
+  StreamErrorRecords& operator=(const StreamErrorRecords&) = delete;
+
+  /// The device address of `stream`'s record, the kernel parameter of every launch on it.
+  CUdeviceptr record(CUstream stream);
+  /// The bad index a kernel on `stream` reported since the last check, read from the host mirror
+  /// without a synchronisation (a report still in flight shows at a later call); clears it: the
+  /// mirror at once, the device record in stream order (an async memset on `stream`).
+  llvm::Error take_pending(CUstream stream);
+  /// Waits for `stream`, then take_pending: every kernel queued before has reported.
+  llvm::Error synchronize(CUstream stream);
+
+  /// The host mirror of `stream`'s record (tests write a report into it as a kernel would).
+  DeviceErrorRecord* mirror(CUstream stream);
+
+ private:
+  StreamErrorRecords(const Driver& driver, CUcontext context) : driver_(driver), context_(context) {}
+  int slot(CUstream stream);
+
+  const Driver& driver_;
+  CUcontext context_;
+  CUdeviceptr device_ = 0;              // kStreams records in device memory
+  DeviceErrorRecord* host_ = nullptr;   // kStreams mirrors in host-mapped pinned memory
+  std::shared_mutex mutex_;
+  std::unordered_map<CUstream, int> slots_;
+};
 
 }  // namespace exactjit

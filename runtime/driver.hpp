@@ -16,7 +16,8 @@ namespace exactjit {
   X(cuCtxGetCurrent) X(cuCtxSetCurrent)                                                        \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute)          \
   X(cuLaunchKernel)                                                                            \
-  X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8)                   \
+  X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD8) X(cuMemsetD8Async)  \
+  X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemHostGetDevicePointer)                              \
   X(cuStreamSynchronize)                                                                       \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) \
   X(cuMemcpyDtoDAsync)

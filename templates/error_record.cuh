@@ -1,9 +1,11 @@
 // exactjit device error record: how a kernel reports a bad index without a trap.
 //
 // A trap (or assert) would poison the CUDA context for every later call; instead the first
-// offending thread claims the record with a compare-and-swap and fills in what it saw, and the
-// host reads the record at the next synchronisation point and reports it with the op's name.
-// The layout is shared with runtime/device_errors.cpp (host side): keep the two in step.
+// offending thread claims the record (in device memory, one per stream) with a compare-and-swap,
+// fills in what it saw and copies it to the record's host-mapped mirror, `claimed` last behind a
+// system-scope fence, so the host sees a complete report without synchronising and names the op
+// at the next exactjit call on the stream. The layout is shared with runtime/device_errors.hpp
+// (host side): keep the two in step.
 #ifndef EXACTJIT_ERROR_RECORD_CUH
 #define EXACTJIT_ERROR_RECORD_CUH
 
@@ -15,6 +17,7 @@ struct ErrorRecord {
   long long position;  // the position of the bad index in the index tensor
   long long value;     // the index value read
   long long bound;     // valid range is [0, bound)
+  ErrorRecord* mirror;  // the host-mapped copy the report goes to (device address), or null
 };
 
 #if defined(__CUDA_ARCH__)
@@ -22,11 +25,14 @@ XJ_DEVICE void report_bad_index(ErrorRecord* record, u32 op, long long position,
                                 long long bound) {
   u32 previous;
   asm volatile("atom.global.cas.b32 %0, [%1], 0, 1;" : "=r"(previous) : "l"(&record->claimed) : "memory");
-  if (previous == 0u) {
-    record->op = op;
-    record->position = position;
-    record->value = value;
-    record->bound = bound;
+  ErrorRecord* mirror = record->mirror;
+  if (previous == 0u && mirror != nullptr) {  // the device record only holds the claim
+    mirror->op = op;
+    mirror->position = position;
+    mirror->value = value;
+    mirror->bound = bound;
+    asm volatile("membar.sys;" ::: "memory");  // the fields reach the host before `claimed`
+    asm volatile("st.volatile.global.u32 [%0], 1;" ::"l"(&mirror->claimed) : "memory");
   }
 }
 

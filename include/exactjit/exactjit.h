@@ -137,7 +137,8 @@ XJ_API exactjit_status_t xj_timestep_sinusoid_backward(xj_runtime* runtime, cons
                                                        double downscale_freq_shift, double scale,
                                                        void* stream);
 
-/* Waits for stream on device_id and reports a bad index found by a kernel since the last check. */
+/* Waits for stream on device_id and reports a bad index found by a kernel on that stream since the
+ * last check. The next op call on the stream reports it too, without a synchronisation. */
 XJ_API exactjit_status_t xj_synchronize(xj_runtime* runtime, int device_id, void* stream);
 
 #ifdef __cplusplus

@@ -1,8 +1,12 @@
 // exactjit C++ API: a Runtime owns the kernel caches and the per-device state, and runs the ops.
 //
 // Tensors are DLPack DLTensors (dlpack/dlpack.h). Every op validates its arguments on the host,
-// launches on the caller's stream and returns at once; a bad index found by a kernel is reported
-// by synchronize() (or at once when RuntimeOptions::check_after_launch is set), naming the op.
+// launches on the caller's stream and returns at once; a bad index found by a kernel is reported,
+// naming the op, by the next call on the same stream (it fails without launching; no
+// synchronisation is involved, so a report still in flight shows at a later call), by
+// synchronize() for a definite answer, or at once when RuntimeOptions::check_after_launch is set.
+// Records are per stream (per device, for the first 255 streams a device sees; later streams share
+// one), so one stream's bad index is never reported to a call on another.
 // A Runtime is thread-safe.
 #pragma once
 
@@ -73,7 +77,7 @@ class Runtime {
                   const DLTensor* index, const DLTensor& out, const DLTensor* rstd, double eps, void* stream);
 
   /// diffusers get_timestep_embedding, bitwise: t (T,) float32 -> out (T, C) float32 contiguous.
-  /// With check_range, a t that is not finite or outside [0, 1] is reported by synchronize().
+  /// With check_range, a t that is not finite or outside [0, 1] is reported like a bad index.
   Status timestep_sinusoid(const DLTensor& t, const DLTensor& out, double max_period, bool flip_sin_to_cos,
                            double downscale_freq_shift, double scale, bool check_range, void* stream);
 
@@ -119,8 +123,8 @@ class Runtime {
   Status timestep_sinusoid_backward(const DLTensor& t, const DLTensor& grad, const DLTensor& d_t, double max_period,
                                     bool flip_sin_to_cos, double downscale_freq_shift, double scale, void* stream);
 
-  /// Waits for `stream` on `device_id` and reports any bad index a kernel found since the last
-  /// check (then clears it).
+  /// Waits for `stream` on `device_id` and reports any bad index a kernel on that stream found
+  /// since the last check (then clears it).
   Status synchronize(int device_id, void* stream);
 
   struct Impl;

@@ -8,7 +8,8 @@ EXACTJIT_LIBRARY to pick a library explicitly.
 
     import exactjit
     out = exactjit.gate_residual(residual, table_view, index, y)  # on the current stream
-    exactjit.synchronize()  # raises exactjit.BadIndexError if an index was out of range
+    exactjit.synchronize()  # raises exactjit.BadIndexError if an index was out of range (so does
+                            # the next exactjit call on the stream, without waiting)
 
 The functions below call PyTorch operators (torch.ops.exactjit.*, registered by _ops.py): they
 are differentiable (exactjit's deterministic backward kernels, registered as the operators'
@@ -108,7 +109,8 @@ def adaln_projection(temb, weight, bias, *, silu=True):
 
 def synchronize(device=None, stream=None):
     """Waits for the stream and raises BadIndexError for an out-of-range index found by a kernel
-    since the last check; see Runtime.synchronize."""
+    on it since the last check (the next op call on the stream raises it too, without waiting);
+    see Runtime.synchronize."""
     runtime().synchronize(device, stream)
 
 

@@ -2,8 +2,9 @@
 
 The methods take torch tensors, describe them as DLTensors and launch on torch's current CUDA
 stream of the tensors' device, so they order with the surrounding PyTorch work exactly like a torch
-op. They return at once; an out-of-range index found by a kernel is reported by synchronize(), not
-by the op (unless the runtime checks after each launch).
+op. They return at once; an out-of-range index found by a kernel is reported by the next exactjit
+call on the same stream (without a synchronisation) or by synchronize(), not by the op itself
+(unless the runtime checks after each launch).
 
 These are the launches themselves, not differentiable and not visible to torch.compile: the
 PyTorch operators in _ops.py (torch.ops.exactjit.*, and the module-level functions exactjit.*)
@@ -192,7 +193,8 @@ class Runtime:
         gate: (R, H) with unit column stride and row stride >= H, e.g. one chunk of an AdaLN
         table: `table.view(3 * T, 6 * H)[:, c * H:(c + 1) * H]` (no copy needed).
         index: (S,) int32 or int64 on the same device; values must lie in [0, R). A bad value is
-        not an error here: the kernel records it and synchronize() raises BadIndexError.
+        not an error here: the kernel records it, and the next call on the stream (or synchronize())
+        raises BadIndexError.
         out: optional destination like residual; by default a new contiguous tensor.
         The library checks every rule and names the one broken (InvalidArgumentError).
         Not differentiable (exactjit.gate_residual is).
@@ -221,8 +223,8 @@ class Runtime:
 
     def synchronize(self, device=None, stream=None):
         """Waits for `stream` (default: torch's current stream of `device`, default: the current
-        device) and raises BadIndexError if a kernel found an out-of-range index since the last
-        check, naming the op. The record is cleared, so the context stays usable."""
+        device) and raises BadIndexError if a kernel on that stream found an out-of-range index since
+        the last check, naming the op. The record is cleared, so the context stays usable."""
         torch = _import_torch()
         if device is None:
             device_index = torch.cuda.current_device()
@@ -247,7 +249,7 @@ class Runtime:
         table (T, 18H) viewed as `table.view(3 * T, 6 * H)`. timestep_indices and token_tags:
         (S,) of one integer type (int32 or int64). Returns a tuple of six (S, H) tensors (shift_msa,
         scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp), views of one (6, S, H) tensor.
-        Out-of-range indices are checked before they are combined; synchronize() reports them.
+        Out-of-range indices are checked before they are combined and reported like gate_residual's.
         Not differentiable (exactjit.adaln_row_gather is).
         """
         torch = _import_torch()
@@ -314,7 +316,7 @@ class Runtime:
         """diffusers `get_timestep_embedding(t, num_channels, flip_sin_to_cos, downscale_freq_shift,
         scale, max_period)`, bit for bit: t (T,) of any float dtype (cast with .float(), as diffusers
         does) -> (T, num_channels) float32. check_range: a t that is not finite or outside [0, 1]
-        (the H3 convention) is reported by synchronize(). Not differentiable (exactjit.timestep_sinusoid is)."""
+        (the H3 convention) is reported like a bad index. Not differentiable (exactjit.timestep_sinusoid is)."""
         torch = _import_torch()
         if not isinstance(t, torch.Tensor):
             raise invalid_argument(f"timestep_sinusoid: t must be a torch.Tensor, got {type(t).__name__}")
@@ -409,7 +411,7 @@ class Runtime:
 
     # Backward passes (NUMERICS.md): deterministic, no host synchronisation, CUDA-graph safe. Each
     # launches on torch's current stream of the tensors' device and returns at once; a bad index
-    # is reported by synchronize(), like the forwards'. The library checks every argument rule.
+    # is reported like the forwards'. The library checks every argument rule.
 
     @staticmethod
     def gate_residual_backward_workspace_bytes(rows, seq, table_rows, hidden):

@@ -2,11 +2,16 @@
 // the driver calls of one cached gate_residual call are pinned, through the C++ API and the C
 // ABI, with the tensors' context already current (the usual case) and with another one or none
 // current, and so is "no heap allocation"; the driver's answers are still checked on the way.
+// The per-stream device error records too: a report a kernel left in a stream's host mirror fails
+// the next call on that stream, without a synchronisation, and no call on another stream.
 // Its own process: the driver is loaded once per process, and here it must be the fake.
+#include "codegen/kernel_spec.hpp"
 #include "exactjit/exactjit.h"
 #include "exactjit/exactjit.hpp"
 #include "runtime/device_buffer.hpp"
+#include "runtime/device_errors.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/errors.hpp"
 #include "support/fake_cuda.hpp"
 #include "support/fake_tensor.hpp"
 #include "support/test_support.hpp"
@@ -18,19 +23,22 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <set>
 #include <string>
+#include <vector>
 
 // Counts this process's heap allocations (libexactjit.so keeps its own allocator: the C++ API's only).
+// noinline: inlined into a container, GCC pairs their malloc and free with new and delete and warns.
 namespace {
 std::atomic<long> g_allocations{0};
 }  // namespace
-void* operator new(size_t bytes) {
+__attribute__((noinline)) void* operator new(size_t bytes) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(bytes ? bytes : 1)) return p;
   throw std::bad_alloc();
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void* p) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace exactjit {
 namespace {
@@ -188,6 +196,104 @@ TEST_F(DispatchTest, ADeviceTheDriverDoesNotHaveIsRefused) {
   const Status status = call.run(runtime);
   EXPECT_EQ(status.code(), XJ_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(status.message(), "CUDA device 1 does not exist (1 device(s) visible)");
+}
+
+/// Writes a report into a record's host mirror as templates/error_record.cuh's report_bad_index does.
+void report_as_a_kernel_would(DeviceErrorRecord* mirror, Op op, int64_t position, int64_t value, int64_t bound) {
+  mirror->op = static_cast<uint32_t>(op) + 1;
+  mirror->position = position;
+  mirror->value = value;
+  mirror->bound = bound;
+  __atomic_store_n(&mirror->claimed, 1u, __ATOMIC_RELEASE);
+}
+
+const auto kStreamA = reinterpret_cast<CUstream>(uintptr_t{0xA000});
+const auto kStreamB = reinterpret_cast<CUstream>(uintptr_t{0xB000});
+
+TEST_F(DispatchTest, EachStreamHasItsOwnRecordPointingAtItsMirror) {
+  auto records = test::expect_value(StreamErrorRecords::create(*driver_, primary_));
+  EXPECT_NE(records->record(kStreamA), records->record(kStreamB));
+  EXPECT_EQ(records->record(kStreamA), records->record(kStreamA));
+  for (CUstream stream : {kStreamA, kStreamB, CUstream{nullptr}}) {
+    DeviceErrorRecord device{};
+    ASSERT_EQ(driver_->cuMemcpyDtoH(&device, records->record(stream), sizeof device), CUDA_SUCCESS);
+    CUdeviceptr mirror = 0;
+    ASSERT_EQ(driver_->cuMemHostGetDevicePointer(&mirror, records->mirror(stream), 0), CUDA_SUCCESS);
+    EXPECT_EQ(device.claimed, 0u);
+    EXPECT_EQ(device.mirror, mirror);  // the kernel's report reaches this stream's mirror
+  }
+}
+
+TEST_F(DispatchTest, APendingReportIsTakenWithoutASyncOnItsStreamOnly) {
+  auto records = test::expect_value(StreamErrorRecords::create(*driver_, primary_));
+  // The kernel claimed the device record and reported into the mirror.
+  const uint32_t claimed = 1;
+  ASSERT_EQ(driver_->cuMemcpyHtoD(records->record(kStreamA), &claimed, sizeof claimed), CUDA_SUCCESS);
+  report_as_a_kernel_would(records->mirror(kStreamA), Op::GateResidual, 7, 12, 9);
+
+  const long syncs = fake_cuda().calls("cuStreamSynchronize");
+  EXPECT_FALSE(static_cast<bool>(records->take_pending(kStreamB)));
+  const ErrorReport report = take_error(records->take_pending(kStreamA));
+  EXPECT_EQ(report.code, ErrorCode::BadIndex);
+  EXPECT_EQ(report.message, "gate_residual: index[7] = 12 is out of range [0, 9); the rows that use it were not written");
+  EXPECT_EQ(fake_cuda().calls("cuStreamSynchronize"), syncs);
+  EXPECT_FALSE(static_cast<bool>(records->take_pending(kStreamA)));  // taken once
+
+  DeviceErrorRecord device{};
+  ASSERT_EQ(driver_->cuMemcpyDtoH(&device, records->record(kStreamA), sizeof device), CUDA_SUCCESS);
+  EXPECT_EQ(device.claimed, 0u);  // the next bad index can be claimed again
+  EXPECT_NE(device.mirror, 0u);   // and still reaches the mirror
+}
+
+TEST_F(DispatchTest, StreamsBeyondTheSlabShareTheLastRecord) {
+  auto records = test::expect_value(StreamErrorRecords::create(*driver_, primary_));
+  std::vector<CUdeviceptr> seen;
+  for (uintptr_t k = 0; k < StreamErrorRecords::kStreams + 40; ++k)
+    seen.push_back(records->record(reinterpret_cast<CUstream>(0x100000 + 0x10 * k)));
+  const size_t slab = StreamErrorRecords::kStreams;
+  EXPECT_EQ(std::set<CUdeviceptr>(seen.begin(), seen.end()).size(), slab);
+  for (size_t k = slab - 1; k < seen.size(); ++k) EXPECT_EQ(seen[k], seen[slab - 1]);
+}
+
+TEST_F(DispatchTest, AnOpCallFailsOnABadIndexPendingOnItsStreamAndLaunchesNothing) {
+  Runtime runtime(options());
+  auto run_on = [&](CUstream stream) {
+    return runtime.gate_residual(call.residual.t, call.gate.t, call.index.t, call.y.t, call.out.t, stream);
+  };
+  ASSERT_TRUE(run_on(kStreamA).ok());  // the device's records are created: slot 0 is stream A's
+  auto* mirrors = static_cast<DeviceErrorRecord*>(fake_cuda().last_host_allocation());
+  ASSERT_TRUE(run_on(kStreamB).ok());
+  report_as_a_kernel_would(&mirrors[0], Op::GateResidual, 3, -1, 9);
+
+  EXPECT_EQ(driver_calls_of([&] { return run_on(kStreamB).ok(); }), kCachedLaunch);  // not B's error
+  const long launches = fake_cuda().calls("cuLaunchKernel");
+  const long syncs = fake_cuda().calls("cuStreamSynchronize");
+  const Status failed = run_on(kStreamA);
+  EXPECT_EQ(failed.code(), XJ_ERROR_BAD_INDEX);
+  EXPECT_EQ(failed.message(), "gate_residual: index[3] = -1 is out of range [0, 9); the rows that use it were not written");
+  EXPECT_EQ(fake_cuda().calls("cuLaunchKernel"), launches);  // the failing call launched nothing
+  EXPECT_EQ(fake_cuda().calls("cuStreamSynchronize"), syncs);
+  EXPECT_TRUE(run_on(kStreamA).ok());  // reported once; the stream is usable again
+
+  report_as_a_kernel_would(&mirrors[1], Op::GateResidual, 0, 99, 9);  // synchronize() answers too
+  EXPECT_TRUE(runtime.synchronize(0, kStreamA).ok());
+  EXPECT_EQ(runtime.synchronize(0, kStreamB).code(), XJ_ERROR_BAD_INDEX);
+  EXPECT_TRUE(runtime.synchronize(0, kStreamB).ok());
+}
+
+TEST_F(DispatchTest, TheCAbiReportsAPendingBadIndex) {
+  const RuntimeOptions cxx = options();
+  xj_runtime_options c{sizeof(xj_runtime_options), cxx.cache_dir.c_str(), nullptr, 0, nullptr, 0};
+  xj_runtime* runtime = nullptr;
+  ASSERT_EQ(xj_runtime_create(&c, &runtime), XJ_OK) << xj_last_error();
+  ASSERT_EQ(call.run(runtime), XJ_OK) << xj_last_error();  // default stream: slot 0
+  auto* mirrors = static_cast<DeviceErrorRecord*>(fake_cuda().last_host_allocation());
+  report_as_a_kernel_would(&mirrors[0], Op::AdalnRowGather, 5, 40, 9);
+  EXPECT_EQ(call.run(runtime), XJ_ERROR_BAD_INDEX);
+  EXPECT_STREQ(xj_last_error(),
+               "adaln_row_gather: timestep_indices[5] = 40 is out of range [0, 9); the rows that use it were not written");
+  EXPECT_EQ(call.run(runtime), XJ_OK);
+  xj_runtime_destroy(runtime);
 }
 
 }  // namespace

@@ -93,6 +93,55 @@ TEST_F(Gpu, BadIndexIsReportedAndContextStaysUsable) {
   }
 }
 
+// A bad index fails the next exactjit call on the stream it was launched on, with no exactjit
+// synchronisation in between (the report reaches the record's host-mapped mirror), and no call on
+// another stream; the failing call launches nothing. The legacy default stream and the per-thread
+// default stream are two streams.
+TEST_F(Gpu, BadIndexFailsTheNextCallOnItsStreamOnly) {
+  using namespace selftest;
+  auto driver = Driver::get();
+  ASSERT_TRUE(static_cast<bool>(driver)) << llvm::toString(driver.takeError());
+  constexpr int64_t S = 8, H = 64, R = 9;
+  auto arena = DeviceArena::open(0);
+  ASSERT_TRUE(static_cast<bool>(arena)) << llvm::toString(arena.takeError());
+  Generator gen{20261203};
+  const std::vector<uint8_t> rows = random_storage(gen, DType::BF16, S * H, false);
+  std::vector<int64_t> good(S, 1), bad(S, 1);
+  bad[3] = 12;
+  DeviceBuffer* d_residual = arena->upload(rows, rows.size());
+  DeviceBuffer* d_gate = arena->upload(random_storage(gen, DType::BF16, R * H, false), R * H * 2);
+  DeviceBuffer* d_good = arena->upload(index_bytes(IndexType::I64, good), S * 8);
+  DeviceBuffer* d_bad = arena->upload(index_bytes(IndexType::I64, bad), S * 8);
+  DeviceBuffer* d_out = arena->upload({}, rows.size());
+  ASSERT_FALSE(static_cast<bool>(arena->take_error()));
+  int64_t shape[2] = {S, H}, gate_shape[2] = {R, H}, index_shape[1] = {S};
+  const DLTensor residual = device_tensor(*d_residual, 0, 0, 2, shape, nullptr, dl_dtype(DType::BF16));
+  const DLTensor gate = device_tensor(*d_gate, 0, 0, 2, gate_shape, nullptr, dl_dtype(DType::BF16));
+  const DLTensor good_index = device_tensor(*d_good, 0, 0, 1, index_shape, nullptr, dl_index(IndexType::I64));
+  const DLTensor bad_index = device_tensor(*d_bad, 0, 0, 1, index_shape, nullptr, dl_index(IndexType::I64));
+  const DLTensor out = device_tensor(*d_out, 0, 0, 2, shape, nullptr, dl_dtype(DType::BF16));
+  auto call = [&](const DLTensor& index, CUstream stream) {
+    return runtime().gate_residual(residual, gate, index, residual, out, stream);
+  };
+  const CUstream mine = CU_STREAM_PER_THREAD, other = nullptr;
+
+  ASSERT_TRUE(call(bad_index, mine).ok());
+  ASSERT_EQ((*driver)->cuStreamSynchronize(mine), CUDA_SUCCESS);  // the kernel is done: a plain wait
+  EXPECT_TRUE(call(good_index, other).ok());  // another stream's call is not told
+  ASSERT_TRUE(runtime().synchronize(0, other).ok());
+  ASSERT_FALSE(static_cast<bool>(d_out->fill(0xAB)));
+  const Status next = call(good_index, mine);
+  EXPECT_EQ(next.code(), static_cast<int>(ErrorCode::BadIndex));
+  EXPECT_NE(next.message().find("gate_residual: index[3] = 12 is out of range [0, 9)"), std::string::npos)
+      << next.message();
+  ASSERT_EQ((*driver)->cuStreamSynchronize(mine), CUDA_SUCCESS);
+  std::vector<uint8_t> after(rows.size());
+  ASSERT_FALSE(static_cast<bool>(d_out->download(after.data(), after.size())));
+  EXPECT_EQ(after, std::vector<uint8_t>(rows.size(), 0xAB));  // the failing call launched nothing
+  EXPECT_TRUE(call(good_index, mine).ok());  // reported once; the stream is usable
+  EXPECT_TRUE(runtime().synchronize(0, mine).ok());
+}
+
 TEST_F(Gpu, AdalnRowGatherMatchesHostModelBitwise) {
   uint64_t seed = 900;
   for (DType dtype : {DType::BF16, DType::F16, DType::F32}) {

@@ -1,11 +1,14 @@
 // A stand-in for libcuda.so.1 (load it with EXACTJIT_CUDA_LIBRARY): one sm_90 device whose entry
 // points do nothing but count their calls, so the dispatch path can be measured and its driver
-// calls pinned on a machine without a GPU. Memory is never touched: allocations are fake
-// addresses and every device read returns zeros (a clean error record).
+// calls pinned on a machine without a GPU. What the runtime itself allocates (its error records)
+// is real host memory, "device" and host-mapped alike (one address space, as with unified
+// addressing), so copies and memsets really happen and a test can play a kernel that reports a
+// bad index by writing a record's mirror. Kernels never run; tensors are the caller's addresses.
 #include "runtime/driver.hpp"  // XJ_DRIVER_FUNCTIONS: the entry points the runtime resolves
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 namespace {
@@ -20,7 +23,6 @@ constexpr const char* kNames[kSlots] = {XJ_DRIVER_FUNCTIONS(XJ_NAME)};
 
 std::atomic<long> g_calls[kSlots];
 std::atomic<uintptr_t> g_next_handle{0x10000};
-std::atomic<CUdeviceptr> g_next_address{1ull << 40};  // allocations never overlap, 256-byte aligned
 thread_local CUcontext t_current = nullptr;
 
 void count(Slot slot) { g_calls[slot].fetch_add(1, std::memory_order_relaxed); }
@@ -59,9 +61,53 @@ CUresult module_load_data(CUmodule* module, const void*) {
 CUresult module_get_function(CUfunction* function, CUmodule, const char*) {
   return answer(cuModuleGetFunction_slot, function, reinterpret_cast<CUfunction>(new_handle()));
 }
+void* allocate(size_t bytes) { return std::aligned_alloc(256, (bytes + 255) / 256 * 256); }
+
 CUresult mem_alloc(CUdeviceptr* address, size_t bytes) {
-  const CUdeviceptr next = g_next_address.fetch_add((bytes + 255) / 256 * 256, std::memory_order_relaxed);
-  return answer(cuMemAlloc_slot, address, next);
+  void* memory = allocate(bytes);
+  if (!memory) return CUDA_ERROR_OUT_OF_MEMORY;
+  return answer(cuMemAlloc_slot, address, reinterpret_cast<CUdeviceptr>(memory));
+}
+CUresult mem_free(CUdeviceptr address) {
+  count(cuMemFree_slot);
+  std::free(reinterpret_cast<void*>(address));
+  return CUDA_SUCCESS;
+}
+std::atomic<void*> g_last_host_allocation{nullptr};
+
+CUresult mem_host_alloc(void** host, size_t bytes, unsigned) {
+  void* memory = allocate(bytes);
+  if (!memory) return CUDA_ERROR_OUT_OF_MEMORY;
+  g_last_host_allocation.store(memory);
+  return answer(cuMemHostAlloc_slot, host, memory);
+}
+CUresult mem_free_host(void* host) {
+  count(cuMemFreeHost_slot);
+  std::free(host);
+  return CUDA_SUCCESS;
+}
+CUresult mem_host_get_device_pointer(CUdeviceptr* device, void* host, unsigned) {
+  return answer(cuMemHostGetDevicePointer_slot, device, reinterpret_cast<CUdeviceptr>(host));
+}
+CUresult memcpy_htod(CUdeviceptr device, const void* host, size_t bytes) {
+  count(cuMemcpyHtoD_slot);
+  std::memcpy(reinterpret_cast<void*>(device), host, bytes);
+  return CUDA_SUCCESS;
+}
+CUresult memcpy_dtoh(void* host, CUdeviceptr device, size_t bytes) {
+  count(cuMemcpyDtoH_slot);
+  std::memcpy(host, reinterpret_cast<const void*>(device), bytes);
+  return CUDA_SUCCESS;
+}
+CUresult memset_d8(CUdeviceptr device, unsigned char value, size_t bytes) {
+  count(cuMemsetD8_slot);
+  std::memset(reinterpret_cast<void*>(device), value, bytes);
+  return CUDA_SUCCESS;
+}
+CUresult memset_d8_async(CUdeviceptr device, unsigned char value, size_t bytes, CUstream) {
+  count(cuMemsetD8Async_slot);
+  std::memset(reinterpret_cast<void*>(device), value, bytes);
+  return CUDA_SUCCESS;
 }
 CUresult event_create(CUevent* event, unsigned) {
   return answer(cuEventCreate_slot, event, reinterpret_cast<CUevent>(new_handle()));
@@ -80,12 +126,6 @@ CUresult ctx_set_current(CUcontext context) {
   t_current = context;
   return CUDA_SUCCESS;
 }
-CUresult memcpy_dtoh(void* host, CUdeviceptr, size_t bytes) {
-  count(cuMemcpyDtoH_slot);
-  std::memset(host, 0, bytes);
-  return CUDA_SUCCESS;
-}
-
 void* entry_point(const char* symbol) {
   struct Override {
     const char* name;
@@ -107,7 +147,14 @@ void* entry_point(const char* symbol) {
       XJ_OVERRIDE(cuModuleLoadData, module_load_data),
       XJ_OVERRIDE(cuModuleGetFunction, module_get_function),
       XJ_OVERRIDE(cuMemAlloc, mem_alloc),
+      XJ_OVERRIDE(cuMemFree, mem_free),
+      XJ_OVERRIDE(cuMemHostAlloc, mem_host_alloc),
+      XJ_OVERRIDE(cuMemFreeHost, mem_free_host),
+      XJ_OVERRIDE(cuMemHostGetDevicePointer, mem_host_get_device_pointer),
+      XJ_OVERRIDE(cuMemcpyHtoD, memcpy_htod),
       XJ_OVERRIDE(cuMemcpyDtoH, memcpy_dtoh),
+      XJ_OVERRIDE(cuMemsetD8, memset_d8),
+      XJ_OVERRIDE(cuMemsetD8Async, memset_d8_async),
       XJ_OVERRIDE(cuEventCreate, event_create),
       XJ_OVERRIDE(cuEventElapsedTime, event_elapsed_time),
   };
@@ -142,5 +189,8 @@ long exactjit_fake_cuda_calls(const char* entry) {
     if (!entry || std::strcmp(entry, kNames[slot]) == 0) total += g_calls[slot].load(std::memory_order_relaxed);
   return total;
 }
+
+/// The memory the last cuMemHostAlloc returned (a runtime's error-record mirrors), or null.
+void* exactjit_fake_cuda_last_host_allocation() { return g_last_host_allocation.load(); }
 
 }  // extern "C"

@@ -35,8 +35,12 @@ if [ "${RECORD_GOLDEN:-0}" = 1 ]; then  # only when the recorder changed
 fi
 step prewarm prewarm.log ./.carry/exactjit prewarm -j 16
 step gpu-tests gpu_tests.log ./.carry/exactjit_gpu_tests
-step sanitizer sanitizer.log compute-sanitizer --tool memcheck --error-exitcode 9 ./.carry/exactjit_gpu_tests \
-  --gtest_filter='Gpu.BadIndex*:Gpu.GateResidualOther*:Gpu.BackwardBadIndex*:Gpu.DetLinearBf16Bulk*'
+# compute-sanitizer over the whole GPU suite (every catalog kernel, forward and backward, bad
+# indices included), one tool per step; SANITIZER_FILTER narrows it.
+for tool in memcheck racecheck synccheck; do
+  step "sanitizer-$tool" "sanitizer_$tool.log" timeout "${SANITIZER_TIMEOUT:-280}" compute-sanitizer --tool "$tool" \
+    --error-exitcode 9 ./.carry/exactjit_gpu_tests --gtest_filter="${SANITIZER_FILTER:-Gpu.*}"
+done
 # GTEST_FILTER (googletest reads it) narrows the GPU suite for a short campaign.
 [ "${SKIP_SELFTEST:-0}" = 1 ] || step selftest selftest.log ./.carry/exactjit selftest  # also inside the GPU tests
 if [ "${TUNE:-0}" = 1 ]; then

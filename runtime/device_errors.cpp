@@ -66,13 +66,18 @@ StreamErrorRecords::~StreamErrorRecords() {
 }
 
 int StreamErrorRecords::slot(CUstream stream) {
+  constexpr size_t kOwn = kStreams - 1;  // streams with a record of their own; the rest share the last
   {
     std::shared_lock<std::shared_mutex> lock(mutex_);
     if (auto it = slots_.find(stream); it != slots_.end()) return it->second;
+    if (slots_.size() >= kOwn) return kStreams - 1;  // the map stays bounded, whatever the caller does
   }
   std::lock_guard<std::shared_mutex> lock(mutex_);
+  if (auto it = slots_.find(stream); it != slots_.end()) return it->second;
+  if (slots_.size() >= kOwn) return kStreams - 1;
   const int next = static_cast<int>(slots_.size());
-  return slots_.emplace(stream, next < kStreams ? next : kStreams - 1).first->second;
+  slots_.emplace(stream, next);
+  return next;
 }
 
 CUdeviceptr StreamErrorRecords::record(CUstream stream) {

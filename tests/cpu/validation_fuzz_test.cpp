@@ -27,26 +27,10 @@
 namespace exactjit {
 namespace {
 
+using test::expect_sound;
+using test::perturb;
+using test::Given;
 using test::RandomTensor;
-
-// The tensors of one call (null where an optional one was left out), for the oracle.
-using Given = std::vector<const DLTensor*>;
-
-void expect_sound(const Given& given, int iteration) {
-  for (const DLTensor* t : given) {
-    if (!t || !t->shape) continue;
-    int64_t count = 1;
-    for (int d = 0; d < t->ndim; ++d) count *= t->shape[d];
-    if (count == 0) continue;
-    uint64_t address = 0;
-    const bool wraps = __builtin_add_overflow(reinterpret_cast<uint64_t>(t->data), t->byte_offset, &address);
-    EXPECT_FALSE(wraps) << iteration;
-    EXPECT_NE(address, 0u) << iteration;
-    EXPECT_EQ(t->device.device_type, kDLCUDA) << iteration;
-    EXPECT_EQ(t->dtype.lanes, 1) << iteration;
-    if (t->dtype.bits >= 8) EXPECT_EQ(address % (t->dtype.bits / 8), 0u) << iteration;
-  }
-}
 
 void expect_planned_or_invalid(llvm::Expected<LaunchPlan> plan, int iteration, const Given& given) {
   if (plan) {
@@ -149,23 +133,9 @@ TEST(ValidationFuzz, BackwardAndDetLinearPlannersNeverCrashOnGarbage) {
   }
 }
 
-// Near-valid calls: one valid H3 call per planner, one tensor of it broken in one way. Random
-// garbage is refused on its shape long before an address rule is reached; these reach every rule,
-// so removing one (the null-address check, say) makes an accepted call fail the oracle.
-void perturb(DLTensor& t, std::mt19937_64& rng) {
-  switch (rng() % 9) {
-    case 0: t.data = nullptr; break;
-    case 1: t.byte_offset = ~uint64_t{0} - reinterpret_cast<uint64_t>(t.data) + 1 + 2 * (rng() % 4); break;  // wraps
-    case 2: t.data = reinterpret_cast<void*>(~uint64_t{0} - 63); break;
-    case 3: t.dtype.lanes = static_cast<uint16_t>(rng() % 2 ? 0 : 4); break;
-    case 4: t.dtype.bits = static_cast<uint8_t>(rng() % 2 ? 0 : 12); break;
-    case 5: t.device.device_type = kDLCPU; break;
-    case 6: t.byte_offset = 1 + rng() % 3; break;  // misaligned
-    case 7: t.data = nullptr; t.byte_offset = 0; t.device.device_id = 1; break;
-    case 8: t.byte_offset = ~uint64_t{0}; break;
-  }
-}
-
+// Near-valid calls: one valid H3 call per planner, one tensor of it broken in one way (perturb).
+// Random garbage is refused on its shape long before an address rule is reached; these reach every
+// rule, so removing one (the null-address check, say) makes an accepted call fail the oracle.
 TEST(ValidationFuzz, NearValidCallsAreRefusedOrSound) {
   using test::FakeTensor;
   using test::GiB;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <dlpack/dlpack.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -42,5 +43,45 @@ class RandomTensor {
   std::vector<int64_t> shape_, strides_;
   DLTensor t_{};
 };
+
+/// The tensors of one call (null where an optional one was left out), for the oracle.
+using Given = std::vector<const DLTensor*>;
+
+/// A call that got past validation was sound: every tensor it was given that holds elements is a
+/// CUDA tensor of one lane whose address (data + byte_offset) is non-null, does not wrap and is
+/// aligned to its element size.
+inline void expect_sound(const Given& given, int iteration) {
+  for (const DLTensor* t : given) {
+    if (!t || !t->shape) continue;
+    int64_t count = 1;
+    for (int d = 0; d < t->ndim; ++d) count *= t->shape[d];
+    if (count == 0) continue;
+    uint64_t address = 0;
+    const bool wraps = __builtin_add_overflow(reinterpret_cast<uint64_t>(t->data), t->byte_offset, &address);
+    EXPECT_FALSE(wraps) << iteration;
+    EXPECT_NE(address, 0u) << iteration;
+    EXPECT_EQ(t->device.device_type, kDLCUDA) << iteration;
+    EXPECT_EQ(t->dtype.lanes, 1) << iteration;
+    if (t->dtype.bits >= 8) {
+      EXPECT_EQ(address % (t->dtype.bits / 8), 0u) << iteration;
+    }
+  }
+}
+
+/// Breaks a valid tensor in one way: a null, wrapping or misaligned address, lanes or bits a
+/// kernel cannot take, a foreign device.
+inline void perturb(DLTensor& t, std::mt19937_64& rng) {
+  switch (rng() % 9) {
+    case 0: t.data = nullptr; break;
+    case 1: t.byte_offset = ~uint64_t{0} - reinterpret_cast<uint64_t>(t.data) + 1 + 2 * (rng() % 4); break;  // wraps
+    case 2: t.data = reinterpret_cast<void*>(~uint64_t{0} - 63); break;
+    case 3: t.dtype.lanes = static_cast<uint16_t>(rng() % 2 ? 0 : 4); break;
+    case 4: t.dtype.bits = static_cast<uint8_t>(rng() % 2 ? 0 : 12); break;
+    case 5: t.device.device_type = kDLCPU; break;
+    case 6: t.byte_offset = 1 + rng() % 3; break;  // misaligned
+    case 7: t.data = nullptr; t.byte_offset = 0; t.device.device_id = 1; break;
+    case 8: t.byte_offset = ~uint64_t{0}; break;
+  }
+}
 
 }  // namespace exactjit::test

@@ -235,7 +235,7 @@ llvm::Expected<DiskEntry> read_entry(const std::string& directory, const std::st
   entry.source = std::move(*source);
   if (const llvm::json::Array* options = manifest->getArray("options"))
     for (const llvm::json::Value& option : *options)
-      if (llvm::Optional<llvm::StringRef> text = option.getAsString()) entry.options.push_back(text->str());
+      if (llvm::Optional<llvm::StringRef> value = option.getAsString()) entry.options.push_back(value->str());
   return entry;
 }
 

@@ -77,6 +77,7 @@ step python-integration python_integration.log python3 tests/python/test_integra
 step ops ops.log python3 tests/gpu/ops_torch.py --report "$OUT/ops.md" --json "$LOGS/ops.json"
 # The same checks on the ctypes path (a build without libexactjit_torch.so); report in the logs.
 step ops-ctypes ops_ctypes.log env EXACTJIT_TORCH_EXTENSION=off python3 tests/gpu/ops_torch.py \
+  --groups opcheck,direct,compile,capture,block \
   --report "$LOGS/ops_ctypes.md" --json "$LOGS/ops_ctypes.json"
 step host host.log python3 bench/bench_torch_host.py --profile --report "$OUT/host.md" --json "$LOGS/host.json"
 step diffusers diffusers.log timeout 400 python3 tests/gpu/diffusers_torch.py --report "$OUT/diffusers.md" \

@@ -7,6 +7,7 @@
 #include "kernels/det_linear.hpp"
 #include "kernels/host_model.hpp"
 #include "templates/numerics.cuh"
+#include "runtime/device_buffer.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/errors.hpp"
 
@@ -124,6 +125,9 @@ TEST_F(Gpu, BadIndexFailsTheNextCallOnItsStreamOnly) {
     return runtime().gate_residual(residual, gate, index, residual, out, stream);
   };
   const CUstream mine = CU_STREAM_PER_THREAD, other = nullptr;
+  auto context = primary_context(**driver, 0);
+  ASSERT_TRUE(static_cast<bool>(context)) << llvm::toString(context.takeError());
+  ScopedContext scope(**driver, *context);  // for the test's own stream waits
 
   ASSERT_TRUE(call(bad_index, mine).ok());
   ASSERT_EQ((*driver)->cuStreamSynchronize(mine), CUDA_SUCCESS);  // the kernel is done: a plain wait

@@ -47,7 +47,8 @@ cl::opt<std::string> activation_flag("activation", cl::desc("det_linear: none | 
 
 cl::opt<std::string> manifest_flag("manifest",
                                    cl::desc("JSON file listing specs: [{\"op\":..,\"hidden\":..,\"dtype\":..,"
-                                            "\"table_stride\":..,\"arch\":..}, ...]"),
+                                            "\"table_stride\":..,\"arch\":..}, ...]; op and its sizes (hidden, "
+                                            "channels, in_features/out_features) are required"),
                                    cl::value_desc("file"), cl::sub(prewarm_command), cl::cat(category));
 cl::opt<unsigned> jobs_flag("j", cl::desc("Parallel compiles (default: number of cores)"), cl::value_desc("N"),
                             cl::init(0), cl::sub(prewarm_command), cl::cat(category));

@@ -5,6 +5,7 @@
 #include "kernels/catalog.hpp"
 #include "kernels/det_linear.hpp"
 #include "kernels/det_linear_backward.hpp"
+#include "kernels/spec_limits.hpp"
 #include "runtime/bounded_input.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/errors.hpp"
@@ -22,6 +23,7 @@ llvm::Error usage(const std::string& message) { return make_error(ErrorCode::Inv
 constexpr uint64_t kMaxManifestBytes = 16 << 20;  // a prewarm manifest: thousands of specs fit
 
 struct FamilyRequest {
+  std::string where;  // "manifest F: element k", whose sizes are required; empty: flags, whose defaults apply
   std::string op = "gate_residual";
   int64_t hidden = 0;
   std::string dtype;  // empty: all
@@ -40,6 +42,15 @@ llvm::Expected<std::vector<DType>> det_linear_dtypes(const std::string& asked, s
   return std::vector<DType>{*dtype};
 }
 
+// A size the request leaves out (0): the flag's default on the command line; a manifest names
+// every size its op needs, so no model's shape is filled in behind its author's back.
+llvm::Expected<int64_t> size_or_default(const FamilyRequest& request, std::string_view field, int64_t value,
+                                        int64_t fallback) {
+  if (value) return value;
+  if (request.where.empty()) return fallback;
+  return usage(fmt::format("{} needs \"{}\" (a positive integer)", request.op, field));
+}
+
 llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, const Target& fallback) {
   const std::optional<Op> op = parse_op(request.op);
   if (!op)
@@ -54,7 +65,9 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
   if (*op == Op::TimestepSinusoid) {  // fp32 only, sized by its channels
     if (!request.dtype.empty() && parse_dtype(request.dtype) != DType::F32)
       return usage("timestep_sinusoid is fp32 only");
-    const std::vector<KernelSpec> specs = spec_family(*op, DType::F32, request.channels ? request.channels : 256, 0, target);
+    auto channels = size_or_default(request, "channels", request.channels, kSinusoidChannels);
+    if (!channels) return channels.takeError();
+    const std::vector<KernelSpec> specs = spec_family(*op, DType::F32, *channels, 0, target);
     if (auto err = validate_spec(specs.front())) return err;
     return specs;
   }
@@ -65,10 +78,13 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
     if (request.activation == "silu") activations = {true};
     else if (request.activation == "none") activations = {false};
     else if (!request.activation.empty()) return usage(fmt::format("unknown activation '{}' (none, silu)", request.activation));
+    auto k = size_or_default(request, "in_features", request.in_features, kTimeEmbedDim);
+    if (!k) return k.takeError();
+    auto n = size_or_default(request, "out_features", request.out_features, 18 * kDefaultHidden);
+    if (!n) return n.takeError();
     std::vector<KernelSpec> specs;
     for (bool silu : activations) {
-      KernelSpec spec = det_linear_spec(dtypes->front(), request.in_features ? request.in_features : kTimeEmbedDim,
-                                        request.out_features ? request.out_features : 18 * kDefaultHidden, silu);
+      KernelSpec spec = det_linear_spec(dtypes->front(), *k, *n, silu);
       spec.target = target;
       if (auto err = validate_spec(spec)) return err;
       specs.push_back(spec);
@@ -78,24 +94,29 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
   if (is_det_linear(*op)) {  // the backward kernels (the forward above)
     // Sized like the forward (--in-features, --out-features; --hidden and --table-stride name the
     // same K and N), defaults the H3 AdaLN projection; bf16 and fp32 weights (the fold: bf16 only).
-    const int64_t k = request.in_features ? request.in_features : request.hidden ? request.hidden : kTimeEmbedDim;
-    const int64_t n = request.out_features   ? request.out_features
-                      : request.table_stride ? request.table_stride
-                                             : 18 * kDefaultHidden;
+    auto k = size_or_default(request, "in_features", request.in_features ? request.in_features : request.hidden,
+                             kTimeEmbedDim);
+    if (!k) return k.takeError();
+    auto n = size_or_default(request, "out_features",
+                             request.out_features ? request.out_features : request.table_stride, 18 * kDefaultHidden);
+    if (!n) return n.takeError();
     auto dtypes = det_linear_dtypes(request.dtype, {DType::BF16, DType::F32});
     if (!dtypes) return dtypes.takeError();
     std::vector<KernelSpec> specs;
     for (DType dtype : *dtypes)
-      for (const KernelSpec& spec : spec_family(*op, dtype, k, n, target)) {
+      for (const KernelSpec& spec : spec_family(*op, dtype, *k, *n, target)) {
         if (auto err = validate_spec(spec)) return err;
         specs.push_back(spec);
       }
     if (specs.empty()) return usage(fmt::format("{} has no {} kernel", request.op, request.dtype));
     return specs;
   }
-  const int64_t hidden = request.hidden ? request.hidden : kDefaultHidden;
+  auto hidden = size_or_default(request, "hidden", request.hidden, kDefaultHidden);
+  if (!hidden) return hidden.takeError();
+  // Capped before any arithmetic: 6 x hidden of a 64-bit H overflows (undefined behaviour).
+  if (std::string rule = cap_rule(kHiddenCap, *hidden); !rule.empty()) return usage(rule);
   // rms_norm without a table stride is the plain norm; the table ops default to the block's 6H.
-  const int64_t stride = request.table_stride ? request.table_stride : *op == Op::RmsNorm ? 0 : 6 * hidden;
+  const int64_t stride = request.table_stride ? request.table_stride : *op == Op::RmsNorm ? 0 : 6 * *hidden;
   std::vector<DType> dtypes;
   if (request.dtype.empty()) {
     dtypes = {DType::BF16, DType::F16, DType::F32};
@@ -106,7 +127,7 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
   }
   std::vector<KernelSpec> specs;
   for (DType dtype : dtypes) {
-    for (const KernelSpec& spec : spec_family(*op, dtype, hidden, stride, target)) {
+    for (const KernelSpec& spec : spec_family(*op, dtype, *hidden, stride, target)) {
       if (auto err = validate_spec(spec)) return err;
       specs.push_back(spec);
     }
@@ -126,19 +147,33 @@ llvm::Expected<std::vector<FamilyRequest>> read_manifest(const std::string& file
     const llvm::json::Object* object = (*list)[k].getAsObject();
     if (!object) return usage(fmt::format("manifest {}: element {} is not an object", file, k));
     FamilyRequest request;
+    request.where = fmt::format("manifest {}: element {}", file, k);
+    request.op.clear();  // required: no element is silently a gate_residual
     for (const auto& [key, value] : *object) {
       const std::string name = key.str();
-      if (name == "op" && value.getAsString()) request.op = value.getAsString()->str();
-      else if (name == "dtype" && value.getAsString()) request.dtype = value.getAsString()->str();
-      else if (name == "arch" && value.getAsString()) request.arch = value.getAsString()->str();
-      else if (name == "hidden" && value.getAsInteger()) request.hidden = *value.getAsInteger();
-      else if (name == "table_stride" && value.getAsInteger()) request.table_stride = *value.getAsInteger();
-      else if (name == "channels" && value.getAsInteger()) request.channels = *value.getAsInteger();
-      else if (name == "in_features" && value.getAsInteger()) request.in_features = *value.getAsInteger();
-      else if (name == "out_features" && value.getAsInteger()) request.out_features = *value.getAsInteger();
-      else if (name == "activation" && value.getAsString()) request.activation = value.getAsString()->str();
-      else return usage(fmt::format("manifest {}: element {} has an unknown or mistyped field '{}'", file, k, name));
+      std::string* word = name == "op"           ? &request.op
+                          : name == "dtype"      ? &request.dtype
+                          : name == "arch"       ? &request.arch
+                          : name == "activation" ? &request.activation
+                                                 : nullptr;
+      int64_t* size = name == "hidden"         ? &request.hidden
+                      : name == "table_stride" ? &request.table_stride
+                      : name == "channels"     ? &request.channels
+                      : name == "in_features"  ? &request.in_features
+                      : name == "out_features" ? &request.out_features
+                                               : nullptr;
+      if (word && value.getAsString()) {
+        *word = value.getAsString()->str();
+      } else if (size && value.getAsInteger()) {
+        // 0 would read as "absent" (the flags' default): a manifest says what it means.
+        *size = *value.getAsInteger();
+        if (*size < 1)
+          return usage(fmt::format("{}: \"{}\" must be a positive integer (got {})", request.where, name, *size));
+      } else {
+        return usage(fmt::format("manifest {}: element {} has an unknown or mistyped field '{}'", file, k, name));
+      }
     }
+    if (request.op.empty()) return usage(fmt::format("{}: needs \"op\"", request.where));
     requests.push_back(request);
   }
   return requests;
@@ -184,7 +219,10 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
     std::unordered_set<KernelSpec, KernelSpecHash> seen;  // a spec listed twice is built once
     for (const FamilyRequest& request : *requests) {
       auto family = expand(request, *target);
-      if (!family) return family.takeError();
+      if (!family) {
+        ErrorReport report = take_error(family.takeError());
+        return make_error(report.code, request.where + ": " + report.message);
+      }
       for (const KernelSpec& spec : *family)
         if (seen.insert(spec).second) specs.push_back(spec);
     }

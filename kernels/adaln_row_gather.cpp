@@ -2,6 +2,7 @@
 #include "kernels/adaln_row_gather.hpp"
 
 #include "codegen/geometry.hpp"
+#include "kernels/spec_limits.hpp"
 #include "kernels/tensor_check.hpp"
 
 #include <fmt/format.h>
@@ -35,7 +36,7 @@ llvm::Expected<LaunchPlan> plan_adaln_row_gather(const AdalnRowGatherArgs& a) {
   if (a.rows.ndim != 2 || a.rows.shape[1] % 6 != 0 || a.rows.shape[1] < 6)
     return invalid(arg("rows"), fmt::format("must be (3T, 6H) (got {})", shape_string(a.rows)));
   const int64_t hidden = a.rows.shape[1] / 6;
-  if (hidden > INT_MAX / 6) return invalid(arg("rows"), fmt::format("hidden size {} is too large", hidden));
+  if (std::string rule = cap_rule(kHiddenCap, hidden); !rule.empty()) return invalid(arg("rows"), rule);
   const int64_t table_rows = a.rows.shape[0];
   if (table_rows < 3 || table_rows % 3 != 0)
     return invalid(arg("rows"), fmt::format("must have 3T rows, one per modality and timestep (got {})", table_rows));
@@ -44,6 +45,7 @@ llvm::Expected<LaunchPlan> plan_adaln_row_gather(const AdalnRowGatherArgs& a) {
   const int64_t table_stride = stride_of(a.rows, 0);
   if (table_stride < 6 * hidden)
     return invalid(arg("rows"), fmt::format("row stride must be >= 6H = {} (got {})", 6 * hidden, table_stride));
+  if (std::string rule = cap_rule(kTableStrideCap, table_stride); !rule.empty()) return invalid(arg("rows"), rule);
 
   const DLTensor* indices[] = {&a.timestep_indices, &a.token_tags};
   const char* index_names[] = {"timestep_indices", "token_tags"};

@@ -4,10 +4,9 @@
 #include "codegen/geometry.hpp"
 #include "kernels/backward_check.hpp"
 #include "kernels/segment_plan.hpp"
+#include "kernels/spec_limits.hpp"
 
 #include <fmt/format.h>
-
-#include <climits>
 
 namespace exactjit {
 namespace {
@@ -17,9 +16,9 @@ constexpr int64_t kChunks = 6;
 }  // namespace
 
 int64_t adaln_row_gather_backward_workspace(int64_t seq, int64_t table_rows, int64_t hidden) {
-  if (seq < 1 || table_rows < 3 || table_rows % 3 != 0 || hidden < 1) return -1;
+  if (seq < 1 || table_rows < 3 || table_rows % 3 != 0 || !cap_rule(kHiddenCap, hidden).empty()) return -1;
   const SegmentLayout layout = segment_layout(seq, seq, table_rows);
-  return layout.end + align_workspace(layout.max_tiles * kChunks * hidden * 4);
+  return (CheckedSize(layout.end) + align_workspace(CheckedSize(layout.max_tiles) * kChunks * hidden * 4)).value_or(-1);
 }
 
 llvm::Expected<LaunchSequence> plan_adaln_row_gather_backward(const AdalnRowGatherBackwardArgs& a) {
@@ -32,7 +31,8 @@ llvm::Expected<LaunchSequence> plan_adaln_row_gather_backward(const AdalnRowGath
   if (a.grad.ndim != 3 || a.grad.shape[0] != kChunks || !is_contiguous(a.grad))
     return invalid(arg("grad"), fmt::format("must be (6, S, H) contiguous (got {})", shape_string(a.grad)));
   const int64_t seq = a.grad.shape[1], hidden = a.grad.shape[2];
-  if (seq < 1 || hidden < 1 || hidden > INT_MAX) return invalid(arg("grad"), "must have S >= 1 and H >= 1");
+  if (seq < 1 || hidden < 1) return invalid(arg("grad"), "must have S >= 1 and H >= 1");
+  if (std::string rule = cap_rule(kHiddenCap, hidden); !rule.empty()) return invalid(arg("grad"), rule);
   auto index_type = index_dtype(arg("timestep_indices"), a.timestep_indices);
   if (!index_type) return index_type.takeError();
   auto tag_type = index_dtype(arg("token_tags"), a.token_tags);

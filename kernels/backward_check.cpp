@@ -34,6 +34,8 @@ llvm::Error require_dense(ArgName name, const DLTensor& t, std::initializer_list
 }
 
 llvm::Error require_workspace(ArgName name, const DLTensor* workspace, int64_t bytes) {
+  // A size query's -1 (shapes whose workspace overflows 64 bits): any buffer would "hold" it.
+  if (bytes < 0) return invalid(name, "cannot be sized for these shapes (its size overflows 64 bits)");
   if (!workspace) return invalid(name, fmt::format("is required ({} bytes)", bytes));
   if (workspace->dtype.code != kDLUInt || workspace->dtype.bits != 8 || !is_contiguous(*workspace))
     return invalid(name, "must be a contiguous uint8 tensor");

@@ -4,6 +4,7 @@
 #include "kernels/det_linear.hpp"
 #include "kernels/det_linear_backward.hpp"
 #include "kernels/rms_norm.hpp"
+#include "kernels/spec_limits.hpp"
 #include "kernels/timestep_sinusoid.hpp"
 #include "runtime/errors.hpp"
 
@@ -11,7 +12,6 @@
 #include <fmt/ranges.h>
 #include <llvm/ADT/STLExtras.h>
 
-#include <climits>
 #include <tuple>
 
 namespace exactjit {
@@ -187,7 +187,12 @@ llvm::Error validate_spec(const KernelSpec& spec) {
   auto bad = [&](const std::string& rule) {
     return make_error(ErrorCode::InvalidArgument, fmt::format("{}: {}", spec.describe(), rule));
   };
-  if (spec.hidden < 1 || spec.hidden > INT_MAX) return bad(fmt::format("hidden must be in [1, {}]", INT_MAX));
+  // The caps first: the rules below (and the templates) compute with these sizes.
+  if (std::string rule = cap_rule(hidden_cap(spec.op), spec.hidden); !rule.empty()) return bad(rule);
+  if (std::string rule = cap_rule(kTableStrideCap, spec.table_stride); spec.table_stride != 0 && !rule.empty())
+    return bad(rule);
+  if (std::string rule = cap_rule(kOutFeaturesCap, spec.out_features); is_det_linear(spec.op) && !rule.empty())
+    return bad(rule);
   if (spec.target.sm < 75) return bad("targets older than sm_75 are not supported");
   switch (spec.op) {
     case Op::DetLinear:
@@ -196,7 +201,6 @@ llvm::Error validate_spec(const KernelSpec& spec) {
         return bad("det_linear with bf16 weights needs sm_80 or newer (bf16 tensor-core mma)");
       if (spec.hidden % (spec.dtype == DType::BF16 ? 16 : 4) != 0)
         return bad("in_features must be a multiple of 16 (bf16) or 4 (fp32)");
-      if (spec.out_features < 1 || spec.out_features > INT_MAX) return bad("out_features must be in [1, 2^31)");
       if (spec.row_tile != 8) return bad("the row tile is 8");
       return llvm::Error::success();
     case Op::RmsNormBackward:
@@ -223,7 +227,6 @@ llvm::Error validate_spec(const KernelSpec& spec) {
         return bad("the fp32 det_linear backward takes an fp32 gradient and folds with segment_fold");
       if (spec.dtype == DType::BF16 && (spec.grad_dtype == DType::F16 || spec.hidden % 16 != 0))
         return bad("the bf16 det_linear backward takes a bf16 or fp32 gradient and in_features % 16 == 0");
-      if (spec.out_features < 1 || spec.out_features > INT_MAX) return bad("out_features must be in [1, 2^31)");
       if (const llvm::ArrayRef<int> tiles = det_linear_backward_row_tiles(spec.dtype, spec.op);
           !llvm::is_contained(tiles, spec.row_tile))
         return bad(
@@ -243,7 +246,7 @@ llvm::Error validate_spec(const KernelSpec& spec) {
       break;
   }
   if (spec.op == Op::TimestepSinusoid) {
-    if (spec.hidden < 2 || spec.hidden > INT_MAX) return bad("channels must be >= 2");
+    if (spec.hidden < 2) return bad("channels must be >= 2");
     if (spec.target.sm < 75) return bad("targets older than sm_75 are not supported");
     return llvm::Error::success();
   }

@@ -31,7 +31,8 @@ std::vector<KernelSpec> spec_family(Op op, DType dtype, int64_t hidden, int64_t 
 /// modulation) and the 256-channel timestep sinusoid.
 std::vector<KernelSpec> default_catalog(Target target);
 
-/// Rules for a spec built from flags (positive sizes, stride >= hidden, a valid vector width).
+/// Rules for a spec built from flags (sizes within kernels/spec_limits.hpp's caps, stride >=
+/// hidden, a valid vector width).
 llvm::Error validate_spec(const KernelSpec& spec);
 
 }  // namespace exactjit

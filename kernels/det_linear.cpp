@@ -1,12 +1,12 @@
 // exactjit op det_linear: validate, spec, geometry, parameters.
 #include "kernels/det_linear.hpp"
 
+#include "kernels/spec_limits.hpp"
 #include "kernels/tensor_check.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <climits>
 
 namespace exactjit {
 namespace {
@@ -93,10 +93,11 @@ llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& a, const DeviceT
     return invalid(arg("weight"), fmt::format("must be (N, {}) contiguous (got {})", in_features, shape_string(a.weight)));
   const int64_t out_features = a.weight.shape[0];
   const int64_t multiple = *dtype == DType::F32 ? 4 : 16;
-  if (in_features < multiple || in_features % multiple != 0 || in_features > INT_MAX)
+  if (in_features < multiple || in_features % multiple != 0)
     return invalid(arg("x"), fmt::format("in_features must be a positive multiple of {} for {} weights (got {})",
                                          multiple, dtype_name(*dtype), in_features));
-  if (out_features < 1 || out_features > INT_MAX) return invalid(arg("weight"), "must have 1 <= N < 2^31 rows");
+  if (std::string rule = cap_rule(kInFeaturesCap, in_features); !rule.empty()) return invalid(arg("x"), rule);
+  if (std::string rule = cap_rule(kOutFeaturesCap, out_features); !rule.empty()) return invalid(arg("weight"), rule);
   if (data_address(a.x) % 16 != 0 || data_address(a.weight) % 16 != 0)
     return invalid(arg("x"), "x and weight must be 16-byte aligned");
   if (a.bias) {

@@ -5,11 +5,11 @@
 #include "kernels/backward_check.hpp"
 #include "kernels/det_linear.hpp"
 #include "kernels/segment_plan.hpp"
+#include "kernels/spec_limits.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <climits>
 
 namespace exactjit {
 namespace {
@@ -20,8 +20,10 @@ constexpr int kMaxRows = kDetLinearBackwardMaxRows;
 }  // namespace
 
 int64_t det_linear_backward_workspace(int64_t rows, int64_t in_features, int64_t out_features) {
-  if (rows < 1 || rows > kMaxRows || in_features < 1 || out_features < 1) return -1;
-  return align_workspace((out_features + kChunk - 1) / kChunk * rows * in_features * 4);
+  if (rows < 1 || rows > kMaxRows || !cap_rule(kInFeaturesCap, in_features).empty() ||
+      !cap_rule(kOutFeaturesCap, out_features).empty())
+    return -1;
+  return align_workspace(CheckedSize(out_features).ceil_div(kChunk) * rows * in_features * 4).value_or(-1);
 }
 
 int det_linear_bf16_backward_threads(Op op, int64_t /*in_features*/) {
@@ -136,7 +138,8 @@ llvm::Expected<LaunchSequence> plan_det_linear_backward(const DetLinearBackwardA
     return invalid(arg("x"), "x must be (T, K) and weight (N, K)");
   const int64_t rows = a.x.shape[0], in_features = a.x.shape[1], out_features = a.weight.shape[0];
   if (rows < 1 || rows > kMaxRows) return invalid(arg("x"), fmt::format("must have 1..{} rows (got {})", kMaxRows, rows));
-  if (in_features > INT_MAX || out_features > INT_MAX) return invalid(arg("weight"), "is too large");
+  if (std::string rule = cap_rule(kInFeaturesCap, in_features); !rule.empty()) return invalid(arg("x"), rule);
+  if (std::string rule = cap_rule(kOutFeaturesCap, out_features); !rule.empty()) return invalid(arg("weight"), rule);
   if (auto err = require_dense(arg("x"), a.x, {rows, in_features}, DType::F32)) return err;
   auto weight_dtype = float_dtype(arg("weight"), a.weight);
   if (!weight_dtype) return weight_dtype.takeError();

@@ -2,6 +2,7 @@
 #include "kernels/gate_residual.hpp"
 
 #include "codegen/geometry.hpp"
+#include "kernels/spec_limits.hpp"
 #include "kernels/tensor_check.hpp"
 
 #include <fmt/format.h>
@@ -45,8 +46,7 @@ llvm::Expected<LaunchPlan> plan_gate_residual(const GateResidualArgs& a) {
     if (!is_contiguous(*tensor)) return invalid(arg(name), "must be contiguous (row-major, no gaps)");
 
   const int64_t hidden = a.residual.shape[a.residual.ndim - 1];
-  if (hidden < 1 || hidden > INT_MAX)
-    return invalid(arg("residual"), fmt::format("hidden size must be in [1, {}] (got {})", INT_MAX, hidden));
+  if (std::string rule = cap_rule(kHiddenCap, hidden); !rule.empty()) return invalid(arg("residual"), rule);
   const int64_t rows = element_count(a.residual) / hidden;
 
   if (a.gate.ndim != 2 || a.gate.shape[1] != hidden)
@@ -59,6 +59,7 @@ llvm::Expected<LaunchPlan> plan_gate_residual(const GateResidualArgs& a) {
   const int64_t table_stride = table_rows == 1 ? hidden : stride_of(a.gate, 0);
   if (table_stride < hidden)
     return invalid(arg("gate"), fmt::format("row stride must be >= H = {} (got {})", hidden, table_stride));
+  if (std::string rule = cap_rule(kTableStrideCap, table_stride); !rule.empty()) return invalid(arg("gate"), rule);
 
   if (a.index.ndim != 1 || a.index.shape[0] < 1)
     return invalid(arg("index"), fmt::format("must be (S,) with S >= 1 (got {})", shape_string(a.index)));

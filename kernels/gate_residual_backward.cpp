@@ -4,10 +4,9 @@
 #include "codegen/geometry.hpp"
 #include "kernels/backward_check.hpp"
 #include "kernels/segment_plan.hpp"
+#include "kernels/spec_limits.hpp"
 
 #include <fmt/format.h>
-
-#include <climits>
 
 namespace exactjit {
 namespace {
@@ -16,9 +15,9 @@ ArgName arg(std::string_view name) { return {kOp, name}; }
 }  // namespace
 
 int64_t gate_residual_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden) {
-  if (rows < 0 || seq < 1 || rows % seq != 0 || table_rows < 1 || hidden < 1) return -1;
+  if (rows < 0 || seq < 1 || rows % seq != 0 || table_rows < 1 || !cap_rule(kHiddenCap, hidden).empty()) return -1;
   const SegmentLayout layout = segment_layout(rows, seq, table_rows);
-  return layout.end + align_workspace(layout.max_tiles * hidden * 4);
+  return (CheckedSize(layout.end) + align_workspace(CheckedSize(layout.max_tiles) * hidden * 4)).value_or(-1);
 }
 
 llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBackwardArgs& a) {
@@ -36,7 +35,7 @@ llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBac
   if (a.d_y)
     if (auto err = require_like(arg("d_y"), *a.d_y, "y", a.y)) return err;
   const int64_t hidden = a.y.shape[a.y.ndim - 1];
-  if (hidden < 1 || hidden > INT_MAX) return invalid(arg("y"), "hidden size must be in [1, 2^31)");
+  if (std::string rule = cap_rule(kHiddenCap, hidden); !rule.empty()) return invalid(arg("y"), rule);
   const int64_t rows = element_count(a.y) / hidden;
 
   auto gate_dtype = float_dtype(arg("gate"), a.gate);
@@ -48,6 +47,7 @@ llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBac
   if (hidden > 1 && stride_of(a.gate, 1) != 1) return invalid(arg("gate"), "must have unit column stride");
   const int64_t table_stride = table_rows == 1 ? hidden : stride_of(a.gate, 0);
   if (table_stride < hidden) return invalid(arg("gate"), fmt::format("row stride must be >= H = {}", hidden));
+  if (std::string rule = cap_rule(kTableStrideCap, table_stride); !rule.empty()) return invalid(arg("gate"), rule);
 
   auto index_type = index_dtype(arg("index"), a.index);
   if (!index_type) return index_type.takeError();

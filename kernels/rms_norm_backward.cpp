@@ -5,6 +5,7 @@
 #include "codegen/geometry.hpp"
 #include "kernels/backward_check.hpp"
 #include "kernels/segment_plan.hpp"
+#include "kernels/spec_limits.hpp"
 
 #include <fmt/format.h>
 #include <llvm/ADT/SmallVector.h>
@@ -19,32 +20,37 @@ ArgName arg(std::string_view name) { return {kOp, name}; }
 
 struct Regions {
   SegmentLayout layout;
-  int64_t shift_partials = 0, scale_partials = 0, weight_partials = 0, weight_tiles = 0, end = 0;
+  int64_t shift_partials = 0, scale_partials = 0, weight_partials = 0, weight_tiles = 0;
+  int64_t end = 0;  ///< -1: beyond 64 bits (then the offsets are unusable)
 };
 
 Regions regions(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, bool weighted) {
   Regions r;
-  int64_t at = 0;
+  CheckedSize at = 0;
   if (table_rows > 0) {
     r.layout = segment_layout(rows, seq, table_rows);
+    const CheckedSize partials = align_workspace(CheckedSize(r.layout.max_tiles) * hidden * 4);
     at = r.layout.end;
-    r.shift_partials = at;
-    at += align_workspace(r.layout.max_tiles * hidden * 4);
-    r.scale_partials = at;
-    at += align_workspace(r.layout.max_tiles * hidden * 4);
+    r.shift_partials = at.value_or(-1);
+    at = at + partials;
+    r.scale_partials = at.value_or(-1);
+    at = at + partials;
   }
-  r.weight_tiles = (rows + kTilePositions - 1) / kTilePositions;
+  const CheckedSize weight_tiles = CheckedSize(rows).ceil_div(kTilePositions);
+  r.weight_tiles = weight_tiles.value_or(-1);
   if (weighted) {
-    r.weight_partials = at;
-    at += align_workspace(r.weight_tiles * hidden * 4);
+    r.weight_partials = at.value_or(-1);
+    at = at + align_workspace(weight_tiles * hidden * 4);
   }
-  r.end = at;
+  r.end = at.value_or(-1);
   return r;
 }
 }  // namespace
 
 int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, bool weighted) {
-  if (rows < 0 || seq < 1 || rows % seq != 0 || table_rows < 0 || hidden < 4 || hidden % 4 != 0) return -1;
+  if (rows < 0 || seq < 1 || rows % seq != 0 || table_rows < 0 || hidden < 4 || hidden % 4 != 0 ||
+      !cap_rule(kHiddenCap, hidden).empty())
+    return -1;
   return regions(rows, seq, table_rows, hidden, weighted).end;
 }
 
@@ -65,8 +71,9 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
   if (!dtype) return dtype.takeError();
   if (a.x.ndim < 1) return invalid(arg("x"), "must have a last dimension H");
   const int64_t hidden = a.x.shape[a.x.ndim - 1];
-  if (hidden < 4 || hidden % 4 != 0 || hidden > INT_MAX)
+  if (hidden < 4 || hidden % 4 != 0)
     return invalid(arg("x"), fmt::format("hidden size must be a positive multiple of 4 (got {})", hidden));
+  if (std::string rule = cap_rule(kHiddenCap, hidden); !rule.empty()) return invalid(arg("x"), rule);
   const size_t elem = dtype_size(*dtype);
   if (!is_contiguous(a.x) || data_address(a.x) % (4 * elem) != 0)
     return invalid(arg("x"), fmt::format("must be contiguous and aligned to 4 elements ({} bytes)", 4 * elem));
@@ -100,6 +107,7 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
     table_stride = table_rows == 1 ? hidden : stride_of(*a.scale, 0);
     if (table_stride < hidden || table_stride % 4 != 0 || data_address(*a.scale) % (4 * elem) != 0)
       return invalid(arg("scale"), "row stride must be a multiple of 4 and >= H, rows aligned to 4 elements");
+    if (std::string rule = cap_rule(kTableStrideCap, table_stride); !rule.empty()) return invalid(arg("scale"), rule);
     auto itype = index_dtype(arg("index"), *a.index);
     if (!itype) return itype.takeError();
     index_type = *itype;

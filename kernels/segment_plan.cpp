@@ -8,23 +8,24 @@ SegmentLayout segment_layout(int64_t rows, int64_t seq, int64_t table_rows) {
   l.seq = seq;
   l.batch = rows / seq;
   l.table_rows = table_rows;
-  l.chunks = (seq + kChunkPositions - 1) / kChunkPositions;
+  l.chunks = CheckedSize(seq).ceil_div(kChunkPositions).value_or(-1);
   // Each row has at most floor(B * count / 256) + 1 tiles: at most ceil(M / 256) + R in all.
-  l.max_tiles = (rows + kTilePositions - 1) / kTilePositions + table_rows;
-  int64_t at = 0;
-  auto take = [&at](int64_t ints) {
-    const int64_t offset = at;
-    at = align_workspace(at + 4 * ints);
+  const CheckedSize max_tiles = CheckedSize(rows).ceil_div(kTilePositions) + table_rows;
+  l.max_tiles = max_tiles.value_or(-1);
+  CheckedSize at = 0;  // an overflow anywhere leaves it invalid, and `end` -1
+  auto take = [&at](CheckedSize ints) {
+    const int64_t offset = at.value_or(-1);
+    at = align_workspace(at + ints * 4);
     return offset;
   };
   l.keys = take(seq);
-  l.chunk_counts = take(l.chunks * table_rows);
+  l.chunk_counts = take(CheckedSize(l.chunks) * table_rows);
   l.row_count = take(table_rows);
-  l.row_start = take(table_rows + 1);
-  l.row_tile_start = take(table_rows + 1);
-  l.tile_row = take(l.max_tiles);
+  l.row_start = take(CheckedSize(table_rows) + 1);
+  l.row_tile_start = take(CheckedSize(table_rows) + 1);
+  l.tile_row = take(max_tiles);
   l.sorted = take(seq);
-  l.end = at;
+  l.end = at.value_or(-1);
   return l;
 }
 

@@ -9,6 +9,7 @@
 // segment_scatter (stable placement). All of it lives in the caller's workspace.
 #pragma once
 
+#include "kernels/checked_size.hpp"
 #include "kernels/launch_plan.hpp"
 
 #include <cstdint>
@@ -25,14 +26,15 @@ struct SegmentLayout {
   int64_t chunks = 0, max_tiles = 0;
   int64_t keys = 0, chunk_counts = 0, row_count = 0, row_start = 0, row_tile_start = 0, tile_row = 0,
           sorted = 0;
-  int64_t end = 0;  ///< bytes used by the plan; partials follow, 256-byte aligned
+  int64_t end = 0;  ///< bytes used by the plan; partials follow, 256-byte aligned; -1: beyond 64 bits
 };
 
-/// The layout for S positions, B = rows / S batch copies and R table rows.
+/// The layout for S positions (S >= 1), B = rows / S batch copies and R table rows. A size beyond
+/// 64 bits (possible only for shapes the planners refuse) makes `end` -1 and the offsets unusable.
 SegmentLayout segment_layout(int64_t rows, int64_t seq, int64_t table_rows);
 
 /// Rounds a workspace offset up to 256 bytes.
-inline int64_t align_workspace(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+inline CheckedSize align_workspace(CheckedSize bytes) { return bytes.round_up(256); }
 
 /// Appends the three plan launches. `first` (and `second`, for two index tensors combined as
 /// first * 3 + second) are the index tensors' addresses; `first_bound` is the range of `first`

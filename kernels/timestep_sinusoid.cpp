@@ -1,6 +1,7 @@
 // exactjit op timestep_sinusoid: validate, spec, the scalar constants PyTorch derives, parameters.
 #include "kernels/timestep_sinusoid.hpp"
 
+#include "kernels/spec_limits.hpp"
 #include "kernels/tensor_check.hpp"
 
 #include <fmt/format.h>
@@ -27,9 +28,10 @@ llvm::Expected<LaunchPlan> plan_timestep_sinusoid(const TimestepSinusoidArgs& a)
   if (a.t.ndim != 1) return invalid(arg("t"), fmt::format("must be 1-D (T,) (got {})", shape_string(a.t)));
   if (!is_contiguous(a.t)) return invalid(arg("t"), "must be contiguous");
   const int64_t timesteps = a.t.shape[0];
-  if (a.out.ndim != 2 || a.out.shape[0] != timesteps || a.out.shape[1] < 2 || a.out.shape[1] > INT_MAX)
+  if (a.out.ndim != 2 || a.out.shape[0] != timesteps || a.out.shape[1] < 2)
     return invalid(arg("out"), fmt::format("must be ({}, C) with C >= 2 channels (got {})", timesteps,
                                            shape_string(a.out)));
+  if (std::string rule = cap_rule(kChannelsCap, a.out.shape[1]); !rule.empty()) return invalid(arg("out"), rule);
   if (!is_contiguous(a.out)) return invalid(arg("out"), "must be contiguous");
   if (overlaps(a.out, a.t)) return invalid(arg("out"), "must not overlap t");
   const SinusoidParams& p = a.params;
@@ -80,8 +82,9 @@ llvm::Expected<LaunchPlan> plan_timestep_sinusoid_backward(const TimestepSinusoi
       return invalid(barg(t.name), "must be float32 and contiguous");
   if (a.t.ndim != 1) return invalid(barg("t"), fmt::format("must be 1-D (T,) (got {})", shape_string(a.t)));
   const int64_t timesteps = a.t.shape[0];
-  if (a.grad.ndim != 2 || a.grad.shape[0] != timesteps || a.grad.shape[1] < 2 || a.grad.shape[1] > INT_MAX)
+  if (a.grad.ndim != 2 || a.grad.shape[0] != timesteps || a.grad.shape[1] < 2)
     return invalid(barg("grad"), fmt::format("must be ({}, C) with C >= 2 (got {})", timesteps, shape_string(a.grad)));
+  if (std::string rule = cap_rule(kChannelsCap, a.grad.shape[1]); !rule.empty()) return invalid(barg("grad"), rule);
   if (a.d_t.ndim != 1 || a.d_t.shape[0] != timesteps)
     return invalid(barg("d_t"), fmt::format("must be ({},) (got {})", timesteps, shape_string(a.d_t)));
   if (overlaps(a.d_t, a.t) || overlaps(a.d_t, a.grad)) return invalid(barg("d_t"), "must not overlap t or grad");

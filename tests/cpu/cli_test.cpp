@@ -104,6 +104,55 @@ TEST(Cli, PrewarmManifestIsBoundedAndDeduplicated) {
   EXPECT_NE(repeat.err.find("repeats the key \"op\""), std::string::npos) << repeat.err;
 }
 
+// A manifest names every size its op needs: 0 used to read as "absent" and become H3's 5376, a
+// missing "op" a gate_residual. Each refusal names the file, the element and the field. NVRTC is
+// pointed at nothing, so a manifest that slipped through fails fast (1) instead of compiling.
+TEST(Cli, PrewarmManifestSizesArePositiveAndRequired) {
+  Cli cli;
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {R"([{"op": "gate_residual", "hidden": 0, "table_stride": 32256}])",
+       R"(element 0: "hidden" must be a positive integer (got 0))"},
+      {R"([{"op": "rms_norm", "hidden": 64}, {"op": "rms_norm", "hidden": -5376}])",
+       R"(element 1: "hidden" must be a positive integer (got -5376))"},
+      {R"([{"op": "gate_residual", "dtype": "bf16"}])", R"(element 0: gate_residual needs "hidden")"},
+      {R"([{"hidden": 64, "dtype": "bf16"}])", R"(element 0: needs "op")"},
+      {R"([{"op": "det_linear", "in_features": 256}])", R"(element 0: det_linear needs "out_features")"},
+      {R"([{"op": "timestep_sinusoid", "channels": 0}])", R"(element 0: "channels" must be a positive integer)"},
+      {R"([{"op": "rms_norm_backward", "hidden": 70000}])",
+       "element 0: hidden size H must be in [1, 65536] (got 70000)"},
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const std::string file = cli.cache / fmt::format("sizes-{}.json", k);
+    test::write_text(file, cases[k].first);
+    const auto result = cli.run({"prewarm", "--manifest", file, "--arch", "sm_90", "--quiet"},
+                                {"EXACTJIT_NVRTC_LIBRARY=/nonexistent/libnvrtc.so"});
+    EXPECT_EQ(result.exit_code, 2) << cases[k].first << "\n" << result.err;
+    EXPECT_NE(result.err.find(fmt::format("manifest {}: {}", file, cases[k].second)), std::string::npos)
+        << result.err;
+  }
+}
+
+// Sizes are capped before the CLI computes with them: `6 * hidden` of a 64-bit H overflowed (undefined
+// behaviour; the spec then said table_stride=-9223372036854775808) and H up to 2^31 was accepted.
+TEST(Cli, SizeFlagsAreCappedBeforeAnyArithmetic) {
+  Cli cli;
+  const auto huge = cli.run({"prewarm", "--op", "gate_residual", "--hidden", "4611686018427387904", "--arch", "sm_90"});
+  EXPECT_EQ(huge.exit_code, 2);
+  EXPECT_NE(huge.err.find("hidden size H must be in [1, 65536] (got 4611686018427387904)"), std::string::npos)
+      << huge.err;
+  EXPECT_EQ(huge.err.find("table_stride=-"), std::string::npos) << huge.err;
+  auto source = [&](const char* op, const char* flag, const char* value) {
+    return cli.run({"inspect", "--op", op, flag, value, "--dtype", "fp32", "--arch", "sm_90", "--emit", "source"});
+  };
+  EXPECT_EQ(source("rms_norm_backward", "--hidden", "65536").exit_code, 0);
+  const auto past = source("rms_norm_backward", "--hidden", "65540");
+  EXPECT_EQ(past.exit_code, 2);
+  EXPECT_NE(past.err.find("hidden size H must be in [1, 65536] (got 65540)"), std::string::npos) << past.err;
+  const auto wide = source("det_linear", "--out-features", "2097156");
+  EXPECT_EQ(wide.exit_code, 2);
+  EXPECT_NE(wide.err.find("out_features N must be in [1, 2097152] (got 2097156)"), std::string::npos) << wide.err;
+}
+
 TEST(Cli, PrewarmThatStoresNothingFails) {
   Cli cli;
   test::write_text(cli.cache / "a-file", "x");  // the cache folder cannot be made (even as root)

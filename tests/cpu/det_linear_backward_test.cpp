@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <regex>
 
@@ -124,6 +125,27 @@ TEST(DetLinearBf16BackwardValidation, OnlyTheAskedOutputs) {
   ASSERT_TRUE(static_cast<bool>(only_input)) << llvm::toString(only_input.takeError());
   ASSERT_EQ(only_input->count, 2);
   EXPECT_FALSE(only_input->steps[1].spec.silu);
+}
+
+// The caps (kernels/spec_limits.hpp) hold for the backward and its workspace query, which answers
+// exactly -1 past them: its product of sizes used to overflow into a wrapped or negative size.
+TEST(DetLinearBf16BackwardValidation, FeaturesAreCappedAndTheWorkspaceQueryNeverWraps) {
+  auto plan = [](int64_t k, int64_t n) {
+    FakeTensor grad{1 * GiB, {3, n}, kBF16}, temb{2 * GiB, {3, k}, kF32}, weight{1024 * GiB, {n, k}, kBF16};
+    FakeTensor d_input{3 * GiB, {3, k}, kF32};
+    FakeTensor workspace{2048 * GiB, {std::max<int64_t>(det_linear_backward_workspace(3, k, n), 1)}, test::kU8};
+    return error_of(plan_det_linear_backward(
+        {grad.t, nullptr, temb.t, weight.t, &d_input.t, nullptr, nullptr, &workspace.t, true}));
+  };
+  EXPECT_EQ(plan(65536, int64_t{1} << 21), "");
+  EXPECT_EQ(plan(65552, kBlockN), "det_linear_backward: x in_features K must be in [1, 65536] (got 65552)");
+  EXPECT_EQ(plan(kK, (int64_t{1} << 21) + 64),
+            "det_linear_backward: weight out_features N must be in [1, 2097152] (got 2097216)");
+  EXPECT_EQ(det_linear_backward_workspace(8, 65536, int64_t{1} << 21), int64_t{1} << 36);  // 2^15 chunks x 8 x K x 4
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (const auto& [k, n] : {std::pair{kMax, kMax}, {int64_t{1} << 40, int64_t{1} << 40}, {kMax, int64_t{64}},
+                             {int64_t{64}, kMax}, {int64_t{65552}, int64_t{64}}, {int64_t{0}, int64_t{64}}})
+    EXPECT_EQ(det_linear_backward_workspace(8, k, n), -1) << k << " x " << n;
 }
 
 TEST(DetLinearBf16BackwardValidation, RejectsBadArguments) {

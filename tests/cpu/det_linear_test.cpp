@@ -270,6 +270,21 @@ TEST(DetLinearValidation, RefusesWhatTheKernelsCannotDo) {
   }
 }
 
+// The caps (kernels/spec_limits.hpp): K = 65536 and N = 2^21 (18H at the H cap) plan; one step
+// past either is refused with the field and the cap named, not planned up to 2^31 as before.
+TEST(DetLinearValidation, FeaturesAreCappedWithTheFieldNamed) {
+  auto plan = [](int64_t k, int64_t n) {
+    FakeTensor x{1 * GiB, {3, k}, kF32}, weight{1024 * GiB, {n, k}, kBF16}, bias{3 * GiB, {n}, kBF16};
+    FakeTensor out{4 * GiB, {3, n}, kBF16};
+    auto planned = plan_det_linear({x.t, weight.t, &bias.t, out.t, nullptr, true});
+    return planned ? std::string("accepted") : llvm::toString(planned.takeError());
+  };
+  EXPECT_EQ(plan(65536, int64_t{1} << 21), "accepted");
+  EXPECT_EQ(plan(65552, 96768), "det_linear: x in_features K must be in [1, 65536] (got 65552)");
+  EXPECT_EQ(plan(2688, (int64_t{1} << 21) + 1),
+            "det_linear: weight out_features N must be in [1, 2097152] (got 2097153)");
+}
+
 constexpr double kUlp = 0x1p-24;  // unit roundoff of fp32
 
 // The model against a long-double dot product: within the order's bound (each group's fma chain of

@@ -3,6 +3,7 @@
 // workspace layout, and the backward planners' validation (fake device addresses: planning
 // touches no memory).
 #include "kernels/adaln_row_gather_backward.hpp"
+#include "kernels/backward_check.hpp"
 #include "kernels/gate_residual_backward.hpp"
 #include "kernels/rms_norm_backward.hpp"
 #include "kernels/segment_plan.hpp"
@@ -13,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-
+#include <limits>
 #include <random>
 
 namespace exactjit {
@@ -97,6 +98,37 @@ TEST(SegmentPlan, WorkspaceSizesRefuseInvalidShapes) {
   EXPECT_GT(rms_norm_backward_workspace(8, 4, 3, 8, true), rms_norm_backward_workspace(8, 4, 3, 8, false));
   EXPECT_EQ(adaln_row_gather_backward_workspace(5, 4, 8), -1);  // R not a multiple of 3
   EXPECT_GT(adaln_row_gather_backward_workspace(5, 9, 8), 0);
+}
+
+// Sizes whose workspace needs more than 64 bits: the queries answer exactly -1 (the documented
+// "invalid"), never a wrapped or other negative size a caller would allocate and hand back.
+TEST(SegmentPlan, WorkspaceSizesThatOverflowAreMinusOne) {
+  constexpr int64_t kHuge = int64_t{1} << 62, kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(gate_residual_backward_workspace(kHuge, kHuge, 9, 64), -1);  // 4 bytes per position
+  EXPECT_EQ(gate_residual_backward_workspace(kHuge, 1, 9, 65536), -1);  // tiles x H partials
+  EXPECT_EQ(gate_residual_backward_workspace(kHuge, 1, kMax, 64), -1);
+  EXPECT_EQ(rms_norm_backward_workspace(kHuge, 1, 0, 65536, true), -1);  // the dweight tiles
+  EXPECT_EQ(rms_norm_backward_workspace(kHuge, kHuge, 9, 64, false), -1);
+  EXPECT_EQ(rms_norm_backward_workspace(kMax - 7, 1, kMax, 8, false), -1);
+  EXPECT_EQ(adaln_row_gather_backward_workspace(kHuge, 9, 65536), -1);
+  EXPECT_EQ(adaln_row_gather_backward_workspace(kMax, kMax - 1, 1), -1);  // R a multiple of 3
+  // Large but representable: a size, 256-byte aligned.
+  const int64_t big = gate_residual_backward_workspace(int64_t{1} << 40, int64_t{1} << 20, 4096, 65536);
+  EXPECT_GT(big, int64_t{1} << 40);
+  EXPECT_EQ(big % 256, 0);
+  const SegmentLayout layout = segment_layout(kHuge, kHuge, 9);
+  EXPECT_EQ(layout.end, -1);
+}
+
+// A planner handed a query's -1 must not accept whatever workspace it gets (any size is >= -1).
+TEST(SegmentPlan, AWorkspaceThatCannotBeSizedIsRefused) {
+  test::FakeTensor workspace{test::GiB, {1 << 20}, test::kU8};
+  auto err = require_workspace({"op", "workspace"}, &workspace.t, -1);
+  ASSERT_TRUE(static_cast<bool>(err));
+  const ErrorReport report = take_error(std::move(err));
+  EXPECT_EQ(report.code, ErrorCode::InvalidArgument);
+  EXPECT_NE(report.message.find("op: workspace cannot be sized for these shapes"), std::string::npos) << report.message;
+  EXPECT_FALSE(static_cast<bool>(require_workspace({"op", "workspace"}, &workspace.t, 1 << 20)));
 }
 
 // --- backward planners ------------------------------------------------------------------------
@@ -239,6 +271,42 @@ TEST(AdalnRowGatherBackwardValidation, PlansTwoIndexKeysAndSixChunks) {
   EXPECT_EQ(sequence->steps[0].params[4], 3u);   // t is checked against T = R / 3
   EXPECT_EQ(sequence->steps[3].grid_y, 6u * 6u);  // six chunks x six slices of 128 packs (H / 8 = 672)
   EXPECT_EQ(sequence->steps[4].spec.dtype, DType::F32);
+}
+
+// The size caps (kernels/spec_limits.hpp): H = 65536 plans, one step past it is refused with the
+// field and the cap named (a spec past it would fail in NVRTC or compile for minutes).
+TEST(BackwardValidation, HiddenSizeIsCappedAt65536) {
+  auto gate_backward = [](int64_t h) {
+    FakeTensor grad{1 * GiB, {1, 7, h}, kBF16}, gate{2 * GiB, {9, h}, kBF16}, index{3 * GiB, {7}, kI64};
+    FakeTensor y{4 * GiB, {1, 7, h}, kBF16}, d_y{5 * GiB, {1, 7, h}, kBF16};
+    FakeTensor workspace{6 * GiB, {1 << 30}, kU8};
+    return message_of(plan_gate_residual_backward({grad.t, gate.t, index.t, y.t, &d_y.t, nullptr, &workspace.t}));
+  };
+  auto norm_backward = [](int64_t h) {
+    FakeTensor grad{1 * GiB, {7, h}, kBF16}, x{2 * GiB, {7, h}, kBF16}, rstd{3 * GiB, {7}, kF32};
+    FakeTensor dx{4 * GiB, {7, h}, kBF16};
+    return message_of(plan_rms_norm_backward(
+        {grad.t, x.t, nullptr, nullptr, nullptr, rstd.t, 1e-5, &dx.t, nullptr, nullptr, nullptr, nullptr}));
+  };
+  auto gather_backward = [](int64_t h) {
+    FakeTensor grad{1 * GiB, {6, 7, h}, kBF16}, ti{2 * GiB, {7}, kI64}, tags{3 * GiB, {7}, kI64};
+    FakeTensor d_rows{4 * GiB, {9, 6 * h}, kF32}, workspace{6 * GiB, {1 << 30}, kU8};
+    return message_of(plan_adaln_row_gather_backward({grad.t, ti.t, tags.t, d_rows.t, &workspace.t}));
+  };
+  EXPECT_EQ(gate_backward(65536), "accepted");
+  EXPECT_NE(gate_backward(65537).find("gate_residual_backward: y hidden size H must be in [1, 65536] (got 65537)"),
+            std::string::npos);
+  EXPECT_EQ(norm_backward(65536), "accepted");
+  EXPECT_NE(norm_backward(65540).find("rms_norm_backward: x hidden size H must be in [1, 65536] (got 65540)"),
+            std::string::npos);
+  EXPECT_EQ(gather_backward(65536), "accepted");
+  EXPECT_NE(gather_backward(65537).find("adaln_row_gather_backward: grad hidden size H must be in [1, 65536]"),
+            std::string::npos);
+  // The workspace queries agree: no size for a shape the planners refuse.
+  EXPECT_GT(gate_residual_backward_workspace(7, 7, 9, 65536), 0);
+  EXPECT_EQ(gate_residual_backward_workspace(7, 7, 9, 65537), -1);
+  EXPECT_EQ(rms_norm_backward_workspace(7, 7, 9, 65540, true), -1);
+  EXPECT_EQ(adaln_row_gather_backward_workspace(7, 9, 65537), -1);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 // addresses suffice.
 #include "codegen/render.hpp"
 #include "kernels/adaln_row_gather.hpp"
+#include "kernels/catalog.hpp"
+#include "kernels/det_linear.hpp"
 #include "kernels/gate_residual.hpp"
 #include "kernels/rms_norm.hpp"
 #include "kernels/timestep_sinusoid.hpp"
@@ -302,6 +304,86 @@ TEST(TimestepSinusoidValidation, RefusesEachBrokenRuleByName) {
   bad.max_period = 0;
   EXPECT_NE(message({1 * GiB, {3}, kF32}, {2 * GiB, {3, 256}, kF32}, bad).find("max_period must be finite and > 0"),
             std::string::npos);
+}
+
+// The size caps (kernels/spec_limits.hpp): a size at its cap plans, one step past it is refused
+// with the field and the cap named. H used to go up to INT_MAX, which planned and then failed in
+// NVRTC or compiled for minutes.
+TEST(SpecLimits, ForwardPlannersTakeTheCapAndRefuseOnePast) {
+  auto gate = [](int64_t h, int64_t stride) {
+    Call call;
+    for (FakeTensor* t : {&call.residual, &call.y, &call.out}) t->shape[2] = h;
+    call.gate.t.data = reinterpret_cast<void*>(64 * GiB);  // a wide table overlaps nothing
+    call.gate.shape[1] = h;
+    call.gate.strides[0] = stride;
+    auto plan = call.plan();
+    return plan ? std::string("accepted") : take_error(plan.takeError()).message;
+  };
+  EXPECT_EQ(gate(65536, 6 * 65536), "accepted");
+  EXPECT_EQ(gate(65537, 6 * 65537), "gate_residual: residual hidden size H must be in [1, 65536] (got 65537)");
+  EXPECT_EQ(gate(64, 2147483647), "accepted");
+  EXPECT_EQ(gate(64, int64_t{1} << 31), "gate_residual: gate table stride must be in [1, 2147483647] (got 2147483648)");
+
+  auto gather = [](int64_t h) {
+    GatherCall call;
+    call.rows.shape[1] = 6 * h;
+    call.rows.strides[0] = 6 * h;
+    call.out.shape[2] = h;
+    auto plan = call.plan();
+    return plan ? std::string("accepted") : take_error(plan.takeError()).message;
+  };
+  EXPECT_EQ(gather(65536), "accepted");
+  EXPECT_EQ(gather(65537), "adaln_row_gather: rows hidden size H must be in [1, 65536] (got 65537)");
+
+  auto norm = [](int64_t h) {
+    NormCall call;
+    call.x.shape[2] = call.out.shape[2] = h;
+    for (FakeTensor* t : {&call.shift, &call.scale}) {
+      t->shape[1] = h;
+      t->strides[0] = 6 * h;
+    }
+    auto plan = call.plan();
+    return plan ? std::string("accepted") : take_error(plan.takeError()).message;
+  };
+  EXPECT_EQ(norm(65536), "accepted");
+  EXPECT_EQ(norm(65540), "rms_norm: x hidden size H must be in [1, 65536] (got 65540)");
+
+  auto sinusoid = [](int64_t channels) {
+    FakeTensor t{1 * GiB, {3}, kF32}, out{2 * GiB, {3, channels}, kF32};
+    auto plan = plan_timestep_sinusoid({t.t, out.t, SinusoidParams{}});
+    return plan ? std::string("accepted") : take_error(plan.takeError()).message;
+  };
+  EXPECT_EQ(sinusoid(65536), "accepted");
+  EXPECT_EQ(sinusoid(65538), "timestep_sinusoid: out channels C must be in [1, 65536] (got 65538)");
+}
+
+// validate_spec (the CLI, prewarm manifests) applies the same caps to every size field, by what
+// the op's `hidden` means; nothing in the default catalog comes near them.
+TEST(SpecLimits, ValidateSpecNamesTheFieldAndTheCap) {
+  auto rule = [](KernelSpec spec) {
+    spec.target = Target{90, false};
+    llvm::Error err = validate_spec(spec);
+    return err ? take_error(std::move(err)).message : std::string("accepted");
+  };
+  EXPECT_EQ(rule(rms_norm_spec(DType::BF16, IndexType::I64, 65536, 0, true)), "accepted");
+  KernelSpec backward = make_spec(Op::RmsNormBackward, DType::F32, IndexType::I64, 65540, 0, 4, true);
+  EXPECT_NE(rule(backward).find(": hidden size H must be in [1, 65536] (got 65540)"), std::string::npos);
+  backward.hidden = 2147483644;  // passed before, then ran NVRTC for minutes
+  EXPECT_NE(rule(backward).find("hidden size H must be in [1, 65536]"), std::string::npos);
+  EXPECT_NE(rule(make_spec(Op::GateResidual, DType::BF16, IndexType::I64, 64, int64_t{1} << 31, 8))
+                .find("table stride must be in [1, 2147483647] (got 2147483648)"),
+            std::string::npos);
+  EXPECT_NE(rule(timestep_sinusoid_spec(65538)).find("channels C must be in [1, 65536] (got 65538)"),
+            std::string::npos);
+  EXPECT_EQ(rule(det_linear_spec(DType::BF16, 65536, int64_t{1} << 21, true)), "accepted");
+  EXPECT_NE(rule(det_linear_spec(DType::BF16, 65552, 96768, true)).find("in_features K must be in [1, 65536]"),
+            std::string::npos);
+  EXPECT_NE(rule(det_linear_spec(DType::F32, 2688, (int64_t{1} << 21) + 1, false, Op::DetLinearWeightGrad))
+                .find("out_features N must be in [1, 2097152] (got 2097153)"),
+            std::string::npos);
+  for (int sm : {80, 90, 100})
+    for (const KernelSpec& spec : default_catalog(Target{sm, false}))
+      EXPECT_FALSE(static_cast<bool>(validate_spec(spec))) << spec.describe();
 }
 
 }  // namespace

@@ -1,0 +1,54 @@
+// exactjit spec limits: the largest value of each size field of a spec that exactjit generates a
+// kernel for, written once here and checked by the planners, by the catalog's validate_spec and so
+// by the CLI and prewarm manifests. Every real model fits with a wide margin: MiniMax-H3 has
+// H = 5376 (qk-norm H = 128) and an AdaLN projection of 2688 -> 18H = 96768 features; the widest
+// dense transformers have H <= 20480. Past the caps a spec only fails: the templates hold H and K
+// in `int` constants, and rms_norm keeps a row in registers, so its backward compiles in time
+// growing with H (bf16 ~15 s, fp32 ~50 s per kernel at H = 65536 on one CPU core, against
+// ~1 s at H3's; at H near 2^31 NVRTC gives up or runs for minutes).
+#pragma once
+
+#include "codegen/kernel_spec.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace exactjit {
+
+/// A size field and its cap; its floor is 1 (ops add their own minimums and multiples).
+struct SizeCap {
+  std::string_view field;  ///< as messages name it
+  int64_t max;
+};
+
+/// H of the row ops (gate_residual, adaln_row_gather, rms_norm and their backward).
+inline constexpr SizeCap kHiddenCap{"hidden size H", 65536};
+/// timestep_sinusoid's channels C (H3: 256).
+inline constexpr SizeCap kChannelsCap{"channels C", 65536};
+/// det_linear's in_features K: a hidden or embedding width (H3: 256, 2688, 5376).
+inline constexpr SizeCap kInFeaturesCap{"in_features K", 65536};
+/// det_linear's out_features N: up to 18H at the H cap (H3: 96768); keeps the 64-output d_input
+/// chunks within one grid dimension (65535).
+inline constexpr SizeCap kOutFeaturesCap{"out_features N", int64_t{1} << 21};
+/// The row stride of a table view, in elements (H3: 6H and 2H views of an 18H table).
+inline constexpr SizeCap kTableStrideCap{"table stride", 2147483647};
+
+/// Empty when 1 <= value <= cap.max, else the rule broken, naming the field and the cap:
+/// "hidden size H must be in [1, 65536] (got 70000)".
+inline std::string cap_rule(const SizeCap& cap, int64_t value) {
+  if (value >= 1 && value <= cap.max) return {};
+  return fmt::format("{} must be in [1, {}] (got {})", cap.field, cap.max, value);
+}
+
+/// The cap of a spec's `hidden` field, which is H, det_linear's in_features K or the sinusoid's
+/// channels C by op (the segment kernels' key count has its own rule in validate_spec).
+inline const SizeCap& hidden_cap(Op op) {
+  if (is_det_linear(op)) return kInFeaturesCap;
+  if (op == Op::TimestepSinusoid || op == Op::TimestepSinusoidBackward) return kChannelsCap;
+  return kHiddenCap;
+}
+
+}  // namespace exactjit

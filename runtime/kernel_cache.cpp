@@ -13,6 +13,7 @@ namespace exactjit {
 struct KernelCache::Slot {
   bool done = false;
   std::shared_ptr<const CachedKernel> kernel;  // null after a failed build
+  ErrorReport failure;                         // the failed build's error, handed to its waiters
   std::condition_variable ready;
 };
 
@@ -41,8 +42,8 @@ llvm::Expected<CacheLookup> KernelCache::get(const KernelSource& source) {
       slot = it->second;
       slot->ready.wait(lock, [&] { return slot->done; });
       if (slot->kernel) return CacheLookup{slot->kernel, Origin::Memory, {}};
-      // The build we waited for failed; fall through and try ourselves (the error may be transient).
-      if (slots_[key] == slot) slots_.erase(key);
+      // The build we waited for failed: its error, not a rebuild per waiter (the next call retries).
+      return make_error(slot->failure.code, slot->failure.message);
     }
     slot = std::make_shared<Slot>();
     slots_[key] = slot;
@@ -51,8 +52,13 @@ llvm::Expected<CacheLookup> KernelCache::get(const KernelSource& source) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     slot->done = true;
-    if (result) slot->kernel = result->kernel;
-    else slots_.erase(key);
+    if (result) {
+      slot->kernel = result->kernel;
+    } else {
+      slot->failure = take_error(result.takeError());
+      result = make_error(slot->failure.code, slot->failure.message);
+      if (auto it = slots_.find(key); it != slots_.end() && it->second == slot) slots_.erase(it);
+    }
   }
   slot->ready.notify_all();
   return result;

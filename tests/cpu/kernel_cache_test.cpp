@@ -4,6 +4,7 @@
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
 #include "runtime/disk_cache.hpp"
+#include "runtime/errors.hpp"
 #include "runtime/kernel_cache.hpp"
 #include "support/test_support.hpp"
 
@@ -11,6 +12,7 @@
 #include <llvm/Support/Program.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 namespace exactjit {
@@ -46,6 +48,36 @@ TEST(KernelCache, ThreadsShareOneCompile) {
   EXPECT_EQ(failed.load(), 0);
   EXPECT_EQ(compiled.load(), 1);
   EXPECT_EQ(memory.load(), 7);
+}
+
+// A build that fails is not run again by each of its waiters: they get its error. The source fails
+// in ptxas, after a whole compile (a few hundred ms); 8 threads that each compiled it again would
+// take several times one compile (about 4 on 2 cores), one shared failure about once.
+TEST(KernelCache, WaitersOfAFailedBuildGetItsErrorWithoutRebuilding) {
+  test::TempDir dir;
+  KernelCache cache(writable(dir.path()));
+  KernelSource source =
+      codegen::render(spec_family(Op::GateResidual, DType::F16, 1024, 6 * 1024, Target{90, false}).front());
+  // ptxas rejects it, after the whole front end has run (a failure as slow as a compile).
+  source.text += "\nextern \"C\" __global__ void xj_test_broken() { asm volatile(\"not_an_instruction;\"); }\n";
+  auto time_threads = [&](int count, std::atomic<int>& failed) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < count; ++t)
+      threads.emplace_back([&] {
+        auto lookup = cache.get(source);
+        if (!lookup && take_error(lookup.takeError()).code == ErrorCode::CompileFailed) failed++;
+      });
+    for (std::thread& t : threads) t.join();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  std::atomic<int> failed_warm_up{0}, failed_alone{0}, failed_together{0};
+  time_threads(1, failed_warm_up);  // NVRTC loaded and initialised
+  const double alone = time_threads(1, failed_alone);
+  const double together = time_threads(8, failed_together);
+  EXPECT_EQ(failed_alone.load(), 1);
+  EXPECT_EQ(failed_together.load(), 8);  // every caller sees the compile error ...
+  EXPECT_LT(together, 2.5 * alone) << "1 thread: " << alone << " s, 8 threads: " << together << " s";  // ... once
 }
 
 TEST(KernelCache, RacingProcessesLeaveOneValidEntryEach) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <utility>
 
 namespace exactjit {
 
@@ -116,6 +117,68 @@ std::string KernelSpec::describe() const {
   return fmt::format("{} dtype={} hidden={} table_stride={} vec={} index={} target={}{}", op_name(op),
                      dtype_name(dtype), hidden, table_stride, vec, index_type_name(index), target.name(),
                      weighted ? " weight=yes" : (op == Op::RmsNorm ? " weight=no" : ""));
+}
+
+std::optional<KernelSpec> parse_spec(std::string_view text) {
+  auto split = [](std::string_view rest, char by) {
+    const size_t at = rest.find(by);
+    return std::pair{rest.substr(0, at), at == std::string_view::npos ? std::string_view{} : rest.substr(at + 1)};
+  };
+  auto number = [](std::string_view value, auto& out) {
+    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), out);
+    return ec == std::errc() && end == value.data() + value.size();
+  };
+  auto [name, rest] = split(text, ' ');
+  const std::optional<Op> op = parse_op(name);
+  if (!op) return std::nullopt;
+  KernelSpec spec;
+  spec.op = *op;
+  bool have_target = false;
+  while (!rest.empty()) {
+    auto [field, next] = split(rest, ' ');
+    rest = next;
+    auto [key, value] = split(field, '=');
+    bool ok = true;
+    if (key == "dtype") {
+      const std::optional<DType> dtype = parse_dtype(value);
+      ok = dtype.has_value();
+      if (ok) spec.dtype = *dtype;
+    } else if (key == "grad") {
+      const std::optional<DType> dtype = parse_dtype(value);
+      ok = dtype.has_value();
+      if (ok) spec.grad_dtype = *dtype;
+    } else if (key == "index") {
+      const std::optional<IndexType> index = parse_index_type(value);
+      ok = index.has_value();
+      if (ok) spec.index = *index;
+    } else if (key == "target") {
+      const std::optional<Target> target = parse_target(value);
+      ok = have_target = target.has_value();
+      if (ok) spec.target = *target;
+    } else if (key == "hidden" || key == "in_features") {
+      ok = number(value, spec.hidden);
+    } else if (key == "table_stride") {
+      ok = number(value, spec.table_stride);
+    } else if (key == "out_features") {
+      ok = number(value, spec.out_features);
+    } else if (key == "vec") {
+      ok = number(value, spec.vec);
+    } else if (key == "rows") {
+      ok = number(value, spec.row_tile);
+    } else if (key == "activation") {
+      ok = value == "silu" || value == "none";
+      spec.silu = value == "silu";
+    } else if (key == "weight") {
+      ok = value == "yes" || value == "no";
+      spec.weighted = value == "yes";
+    } else {
+      ok = false;
+    }
+    if (!ok) return std::nullopt;
+  }
+  // Canonical text only: a spec reads back exactly as describe() wrote it.
+  if (!have_target || spec.describe() != text) return std::nullopt;
+  return spec;
 }
 
 std::string KernelSpec::stem() const {

@@ -70,6 +70,7 @@ struct KernelSpec {
   }
   /// Canonical, human-readable description, e.g.
   /// "gate_residual dtype=bf16 hidden=5376 table_stride=32256 vec=8 index=int64 target=sm_90".
+  /// parse_spec reads it back.
   std::string describe() const;
   /// Readable identifier stem, e.g. "gate_residual_bf16_h5376_ts32256_v8_i64_sm90".
   std::string stem() const;
@@ -98,6 +99,8 @@ size_t dtype_size(DType dtype);
 std::optional<Op> parse_op(std::string_view text);
 std::optional<DType> parse_dtype(std::string_view text);
 std::optional<IndexType> parse_index_type(std::string_view text);
+/// The spec a describe() text stands for; nullopt for any other text (non-canonical included).
+std::optional<KernelSpec> parse_spec(std::string_view text);
 /// Parses "sm_90", "90", "compute_90".
 std::optional<Target> parse_target(std::string_view text);
 

@@ -432,9 +432,22 @@ std::vector<EntryStatus> DiskCache::scan(bool verify) const {
           llvm::consumeError(text.takeError());
         }
         if (verify) {
-          auto entry = read_entry(directory, std::string(path::filename(key_folder)));
-          if (entry) status.image_sha256 = sha256_hex(entry->image);
-          else status.problem = llvm::toString(entry.takeError());
+          // As a lookup would: kernel.cu and the entry point are what exactjit renders for the
+          // spec the manifest names, and the key folder is that source's key.
+          const std::string key(path::filename(key_folder));
+          const std::optional<KernelSpec> spec = parse_spec(status.spec);
+          const std::optional<KernelSource> rendered =
+              spec ? std::optional<KernelSource>(codegen::render(*spec)) : std::nullopt;
+          if (!rendered) {
+            status.problem = fmt::format("the manifest's spec '{}' is not one exactjit writes", status.spec);
+          } else if (source_key(*rendered) != key) {
+            status.problem = "the key folder is not the key of the source this exactjit renders for the "
+                             "manifest's spec (an entry of another exactjit version, or forged)";
+          } else if (auto entry = read_entry(directory, key, &*rendered)) {
+            status.image_sha256 = sha256_hex(entry->image);
+          } else {
+            status.problem = llvm::toString(entry.takeError());
+          }
         }
         result.push_back(std::move(status));
       }

@@ -85,7 +85,9 @@ class DiskCache {
   std::unique_ptr<llvm::LockFileManager> build_lock(const std::string& source_key,
                                                     std::vector<std::string>& problems) const;
 
-  /// Every entry of every layer; with verify, each one fully checked.
+  /// Every entry of every layer; with verify, each one fully checked: its kernel.cu and entry
+  /// point against what exactjit renders for the spec its manifest names (the key folder must be
+  /// that source's key), then every file against its size and SHA-256.
   std::vector<EntryStatus> scan(bool verify) const;
 
   /// Removes entries of the writable layer by an LLVM cache-pruning policy string

@@ -1,6 +1,7 @@
 // The exactjit command: every subcommand, its output, its exit codes (0 ok, 1 failed, 2 usage).
 #include "support/test_support.hpp"
 #include "kernels/catalog.hpp"
+#include "codegen/digest.hpp"
 
 #include <fmt/format.h>
 
@@ -271,6 +272,33 @@ TEST(Cli, CacheVerifyRebuildProvesEachImageComesFromItsSource) {
   EXPECT_NE(forged.out.find("rebuilt image differs from the stored one"), std::string::npos) << forged.out;
   EXPECT_NE(forged.out.find("4 entries, 1 bad"), std::string::npos) << forged.out;
   EXPECT_EQ(cli.run({"cache", "ls", "--rebuild"}).exit_code, 2);
+}
+
+// The forgery the manifest cannot catch: kernel.cu replaced and the manifest's source hash and size
+// rewritten to match. verify renders the manifest's spec and compares, as a lookup does.
+TEST(Cli, CacheVerifyComparesKernelCuWithTheRenderedSource) {
+  Cli cli;
+  ASSERT_EQ(cli.run({"prewarm", "--op", "gate_residual", "--hidden", "64", "--dtype", "bf16", "--table-stride", "128",
+                     "--arch", "sm_90", "--quiet"}).exit_code, 0);
+  EXPECT_EQ(cli.run({"cache", "verify"}).exit_code, 0);
+  std::string source_file;
+  std::error_code ec;
+  for (llvm::sys::fs::recursive_directory_iterator it(cli.cache.path(), ec), end; it != end && !ec; it.increment(ec))
+    if (llvm::sys::path::filename(it->path()) == "kernel.cu") source_file = it->path();
+  ASSERT_FALSE(source_file.empty());
+  const std::string forged = test::read_text(source_file) + "\n// one more line\n";
+  test::write_text(source_file, forged);
+  const std::string manifest_file = std::string(llvm::sys::path::parent_path(source_file)) + "/manifest.json";
+  std::string manifest = test::read_text(manifest_file);
+  manifest = std::regex_replace(manifest, std::regex("\"source_bytes\": [0-9]+"),
+                                "\"source_bytes\": " + std::to_string(forged.size()));
+  manifest = std::regex_replace(manifest, std::regex("\"source_sha256\": \"[0-9a-f]+\""),
+                                "\"source_sha256\": \"" + sha256_hex(forged) + "\"");
+  test::write_text(manifest_file, manifest);
+  const auto verify = cli.run({"cache", "verify"});
+  EXPECT_EQ(verify.exit_code, 1) << verify.out;
+  EXPECT_NE(verify.out.find("kernel.cu differs from the source exactjit renders"), std::string::npos) << verify.out;
+  EXPECT_NE(verify.out.find("4 entries, 1 bad"), std::string::npos) << verify.out;
 }
 
 TEST(Cli, CacheIndexPinsTheLayerAndTheRuntimeHonoursIt) {

@@ -67,6 +67,32 @@ TEST(Codegen, EntryNamesAreReadableUniqueIdentifiers) {
   EXPECT_EQ(codegen::entry_name(bf16_block_spec()).substr(0, 44), "gate_residual_bf16_h5376_ts32256_v8_i64_sm90");
 }
 
+// parse_spec is describe()'s inverse: cache verify reads a manifest's spec back to render it.
+TEST(Codegen, EverySpecReadsBackFromItsDescription) {
+  size_t specs = 0;
+  for (Target target : {Target{75, false}, Target{90, false}, Target{90, true}, Target{120, false}}) {
+    for (const KernelSpec& spec : default_catalog(target)) {
+      const std::optional<KernelSpec> back = parse_spec(spec.describe());
+      ASSERT_TRUE(back.has_value()) << spec.describe();
+      EXPECT_TRUE(*back == spec) << spec.describe() << " read back as " << back->describe();
+      ++specs;
+    }
+  }
+  EXPECT_GT(specs, 400u);
+}
+
+TEST(Codegen, ATextDescribeDidNotWriteIsNoSpec) {
+  const std::string good = default_catalog(Target{90, false}).front().describe();
+  ASSERT_TRUE(parse_spec(good).has_value());
+  for (const std::string& bad :
+       {std::string(), std::string("nope dtype=bf16 target=sm_90"), good + " ", " " + good, good + " extra=1",
+        good.substr(0, good.rfind(" target=")),                         // no target
+        std::regex_replace(good, std::regex("hidden=(\\d+)"), "hidden=0$1"),   // not canonical
+        std::regex_replace(good, std::regex("hidden=\\d+"), "hidden=99999999999999999999"),
+        std::regex_replace(good, std::regex("dtype=\\w+"), "dtype=fp8")})
+    EXPECT_FALSE(parse_spec(bad).has_value()) << bad;
+}
+
 TEST(Codegen, OptionsAreTheExactMathPolicy) {
   const std::vector<std::string> options = codegen::render(bf16_block_spec()).options;
   const std::vector<std::string> expected = {"--gpu-architecture=sm_90", "--std=c++17", "--fmad=false",

@@ -1,7 +1,6 @@
 // The exactjit command: every subcommand, its output, its exit codes (0 ok, 1 failed, 2 usage).
 #include "support/test_support.hpp"
 #include "kernels/catalog.hpp"
-#include "codegen/digest.hpp"
 
 #include <fmt/format.h>
 
@@ -286,15 +285,8 @@ TEST(Cli, CacheVerifyComparesKernelCuWithTheRenderedSource) {
   for (llvm::sys::fs::recursive_directory_iterator it(cli.cache.path(), ec), end; it != end && !ec; it.increment(ec))
     if (llvm::sys::path::filename(it->path()) == "kernel.cu") source_file = it->path();
   ASSERT_FALSE(source_file.empty());
-  const std::string forged = test::read_text(source_file) + "\n// one more line\n";
-  test::write_text(source_file, forged);
-  const std::string manifest_file = std::string(llvm::sys::path::parent_path(source_file)) + "/manifest.json";
-  std::string manifest = test::read_text(manifest_file);
-  manifest = std::regex_replace(manifest, std::regex("\"source_bytes\": [0-9]+"),
-                                "\"source_bytes\": " + std::to_string(forged.size()));
-  manifest = std::regex_replace(manifest, std::regex("\"source_sha256\": \"[0-9a-f]+\""),
-                                "\"source_sha256\": \"" + sha256_hex(forged) + "\"");
-  test::write_text(manifest_file, manifest);
+  test::forge_source(std::string(llvm::sys::path::parent_path(source_file)),
+                     test::read_text(source_file) + "\n// one more line\n");
   const auto verify = cli.run({"cache", "verify"});
   EXPECT_EQ(verify.exit_code, 1) << verify.out;
   EXPECT_NE(verify.out.find("kernel.cu differs from the source exactjit renders"), std::string::npos) << verify.out;

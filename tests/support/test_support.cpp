@@ -70,4 +70,13 @@ void forge_image(const std::string& entry, const std::string& image) {
   write_text(entry + "/manifest.json", m);
 }
 
+void forge_source(const std::string& entry, const std::string& source) {
+  write_text(entry + "/kernel.cu", source);
+  std::string m = read_text(entry + "/manifest.json");
+  m = std::regex_replace(m, std::regex("\"source_bytes\": [0-9]+"), "\"source_bytes\": " + std::to_string(source.size()));
+  m = std::regex_replace(m, std::regex("\"source_sha256\": \"[0-9a-f]+\""),
+                         "\"source_sha256\": \"" + sha256_hex(source) + "\"");
+  write_text(entry + "/manifest.json", m);
+}
+
 }  // namespace exactjit::test

@@ -39,6 +39,8 @@ void write_text(const std::string& file, const std::string& text);
 /// size and SHA-256 to match: what someone who can write a layer can do. The entry still verifies
 /// against its own manifest.
 void forge_image(const std::string& entry, const std::string& image);
+/// The same for kernel.cu: `source` written and the manifest's source size and hash made to match.
+void forge_source(const std::string& entry, const std::string& source);
 
 /// Fails the test with the error's message if it is an error; returns the value.
 template <typename T> T expect_value(llvm::Expected<T> value) {

@@ -61,22 +61,24 @@ CommandResult run_command(const std::string& program, const std::vector<std::str
   return result;
 }
 
-void forge_image(const std::string& entry, const std::string& image) {
-  write_text(entry + "/kernel.cubin", image);
+namespace {
+
+/// Writes `content` to the entry's `file` and makes the manifest's `<field>_bytes` and
+/// `<field>_sha256` match it.
+void forge(const std::string& entry, const std::string& file, const std::string& field, const std::string& content) {
+  write_text(entry + "/" + file, content);
   std::string m = read_text(entry + "/manifest.json");
-  m = std::regex_replace(m, std::regex("\"image_bytes\": [0-9]+"), "\"image_bytes\": " + std::to_string(image.size()));
-  m = std::regex_replace(m, std::regex("\"image_sha256\": \"[0-9a-f]+\""),
-                         "\"image_sha256\": \"" + sha256_hex(image) + "\"");
+  m = std::regex_replace(m, std::regex("\"" + field + "_bytes\": [0-9]+"),
+                         "\"" + field + "_bytes\": " + std::to_string(content.size()));
+  m = std::regex_replace(m, std::regex("\"" + field + "_sha256\": \"[0-9a-f]+\""),
+                         "\"" + field + "_sha256\": \"" + sha256_hex(content) + "\"");
   write_text(entry + "/manifest.json", m);
 }
 
-void forge_source(const std::string& entry, const std::string& source) {
-  write_text(entry + "/kernel.cu", source);
-  std::string m = read_text(entry + "/manifest.json");
-  m = std::regex_replace(m, std::regex("\"source_bytes\": [0-9]+"), "\"source_bytes\": " + std::to_string(source.size()));
-  m = std::regex_replace(m, std::regex("\"source_sha256\": \"[0-9a-f]+\""),
-                         "\"source_sha256\": \"" + sha256_hex(source) + "\"");
-  write_text(entry + "/manifest.json", m);
-}
+}  // namespace
+
+void forge_image(const std::string& entry, const std::string& image) { forge(entry, "kernel.cubin", "image", image); }
+
+void forge_source(const std::string& entry, const std::string& source) { forge(entry, "kernel.cu", "source", source); }
 
 }  // namespace exactjit::test

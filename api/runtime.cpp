@@ -200,10 +200,10 @@ llvm::Error Runtime::Impl::launch(llvm::ArrayRef<LaunchPlan> steps, void* stream
   const auto cu_stream = static_cast<CUstream>(stream);
   StreamErrorRecords& errors = *(*state)->errors;
   // A bad index an earlier kernel on this stream reported fails this call, before it launches.
-  if (auto err = errors.take_pending(cu_stream)) return err;
-  const CUdeviceptr record = errors.record(cu_stream);
+  auto record = errors.launch_record(cu_stream);
+  if (!record) return record.takeError();
   for (const LaunchPlan& step : steps)
-    if (auto err = launch_in_context(**state, step, cu_stream, record)) return err;
+    if (auto err = launch_in_context(**state, step, cu_stream, *record)) return err;
   if (options.check_after_launch) return errors.synchronize(cu_stream);
   return llvm::Error::success();
 }

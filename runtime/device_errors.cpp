@@ -86,8 +86,16 @@ CUdeviceptr StreamErrorRecords::record(CUstream stream) {
 
 DeviceErrorRecord* StreamErrorRecords::mirror(CUstream stream) { return host_ + slot(stream); }
 
-llvm::Error StreamErrorRecords::take_pending(CUstream stream) {
-  DeviceErrorRecord* mirror = this->mirror(stream);
+llvm::Expected<CUdeviceptr> StreamErrorRecords::launch_record(CUstream stream) {
+  const int slot = this->slot(stream);  // one lookup on the launch path
+  if (auto err = take_pending_at(slot, stream)) return err;
+  return device_ + static_cast<CUdeviceptr>(slot) * sizeof(DeviceErrorRecord);
+}
+
+llvm::Error StreamErrorRecords::take_pending(CUstream stream) { return take_pending_at(slot(stream), stream); }
+
+llvm::Error StreamErrorRecords::take_pending_at(int slot, CUstream stream) {
+  DeviceErrorRecord* mirror = host_ + slot;
   // The kernel writes the fields, fences (membar.sys) and then sets `claimed`: acquire pairs with it.
   if (__atomic_load_n(&mirror->claimed, __ATOMIC_ACQUIRE) == 0) return llvm::Error::success();
   const DeviceErrorRecord report = *mirror;
@@ -96,7 +104,8 @@ llvm::Error StreamErrorRecords::take_pending(CUstream stream) {
   // every kernel already on the stream, clears it; the mirror is cleared now.
   std::memset(reinterpret_cast<char*>(mirror) + sizeof(uint32_t), 0, kErrorReportBytes - sizeof(uint32_t));
   __atomic_store_n(&mirror->claimed, 0u, __ATOMIC_RELEASE);
-  if (auto err = driver_.check(driver_.cuMemsetD8Async(record(stream), 0, kErrorReportBytes, stream),
+  const CUdeviceptr record = device_ + static_cast<CUdeviceptr>(slot) * sizeof(DeviceErrorRecord);
+  if (auto err = driver_.check(driver_.cuMemsetD8Async(record, 0, kErrorReportBytes, stream),
                                "cuMemsetD8Async (error record)"))
     return err;
   return report_error(report);

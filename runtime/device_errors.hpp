@@ -50,6 +50,8 @@ class StreamErrorRecords {
   /// without a synchronisation (a report still in flight shows at a later call); clears it: the
   /// mirror at once, the device record in stream order (an async memset on `stream`).
   llvm::Error take_pending(CUstream stream);
+  /// For a launch on `stream`: take_pending, then record (one lookup for both).
+  llvm::Expected<CUdeviceptr> launch_record(CUstream stream);
   /// Waits for `stream`, then take_pending: every kernel queued before has reported.
   llvm::Error synchronize(CUstream stream);
 
@@ -59,6 +61,7 @@ class StreamErrorRecords {
  private:
   StreamErrorRecords(const Driver& driver, CUcontext context) : driver_(driver), context_(context) {}
   int slot(CUstream stream);
+  llvm::Error take_pending_at(int slot, CUstream stream);
 
   const Driver& driver_;
   CUcontext context_;

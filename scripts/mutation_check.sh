@@ -33,7 +33,8 @@ mutants=(
   kernels/tensor_check.cpp '  if (t.dtype.lanes != 1 || t.dtype.bits == 0' '  if (t.dtype.bits == 0' 'lanes unchecked'
   kernels/tensor_check.cpp '      if (other.name != out.name && overlaps' '      if (other.tensor != out.tensor && overlaps'
   'outputs told apart by pointer'
-  api/runtime.cpp '  if (auto err = errors.take_pending(cu_stream)) return err;' '' "a launch ignores its stream's report"
+  runtime/device_errors.cpp '  if (auto err = take_pending_at(slot, stream)) return err;' '' \
+  "a launch ignores its stream's report"
   runtime/device_errors.cpp '  if (__atomic_load_n(&mirror->claimed, __ATOMIC_ACQUIRE) == 0) return llvm::Error::success();'
   '  if (__atomic_load_n(&mirror->claimed, __ATOMIC_ACQUIRE) == 0 || true) return llvm::Error::success();'
   'reports are never taken'

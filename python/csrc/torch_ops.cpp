@@ -401,10 +401,15 @@ Tensor timestep_sinusoid_backward(Tensor t, Tensor grad, double max_period, bool
 
 // --- det_linear ------------------------------------------------------------------------------------
 
-std::tuple<Tensor, Tensor> det_linear(Tensor x, Tensor weight, OptionalTensor bias, bool silu, bool compute_pre) {
-  const char* op = "det_linear";
+// x (T, K) and weight (N, K) are matrices, so their sizes can be read.
+void require_matrices(const char* op, const Tensor& x, const Tensor& weight) {
   if (x.dim() != 2 || weight.dim() != 2)
     invalid(std::string(op) + ": x must be (T, K) and weight (N, K), got shapes " + shape(x) + " and " + shape(weight));
+}
+
+std::tuple<Tensor, Tensor> det_linear(Tensor x, Tensor weight, OptionalTensor bias, bool silu, bool compute_pre) {
+  const char* op = "det_linear";
+  require_matrices(op, x, weight);
   x = as_float_contiguous(x);
   std::array<int64_t, 2> sizes{x.size(0), weight.size(0)};
   Tensor out = empty_on(x, sizes, weight.scalar_type());
@@ -419,8 +424,7 @@ std::tuple<Tensor, Tensor, Tensor> det_linear_backward(Tensor grad, Tensor x, Te
                                                        OptionalTensor pre_activation, bool silu, bool need_input,
                                                        bool need_weight, bool need_bias) {
   const char* op = "det_linear_backward";
-  if (x.dim() != 2 || weight.dim() != 2)
-    invalid(std::string(op) + ": x must be (T, K) and weight (N, K), got shapes " + shape(x) + " and " + shape(weight));
+  require_matrices(op, x, weight);
   bool bf16 = weight.scalar_type() == ScalarType::BFloat16;
   if (bf16) {
     if (pre_activation) invalid(std::string(op) + ": pre_activation must be None for bfloat16 weights");

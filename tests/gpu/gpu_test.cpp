@@ -26,11 +26,132 @@ class Gpu : public ::testing::Test {
     static Runtime instance;
     return instance;
   }
+  // A runtime that compiles PTX for compute_80, so det_linear's bf16 forward runs its register
+  // kernel on this GPU.
+  static RuntimeOptions register_kernel_options() {
+    RuntimeOptions options = RuntimeOptions::from_environment();
+    options.arch = "compute_80";
+    return options;
+  }
   void expect_pass(const GateResidualCase& c) {
     auto outcome = run_gate_residual_case(runtime(), 0, c);
     ASSERT_TRUE(static_cast<bool>(outcome)) << llvm::toString(outcome.takeError());
     EXPECT_TRUE(outcome->launch.ok()) << c.name() << ": " << outcome->launch.message();
     EXPECT_TRUE(outcome->passed) << c.name() << ": " << outcome->detail;
+  }
+  void check_det_linear_forward(DType dtype, int64_t K, int64_t N) {
+    using namespace selftest;
+    const int64_t T = 8;
+    const std::string name = fmt::format("{} K={} N={}", dtype_name(dtype), K, N);
+    Generator gen{static_cast<uint64_t>(11 + K + N)};
+    std::vector<uint8_t> x = random_storage(gen, DType::F32, T * K, false);
+    std::vector<uint8_t> w = random_storage(gen, dtype, N * K, false);
+    std::vector<uint8_t> b = random_storage(gen, dtype, N, false);
+    auto arena = DeviceArena::open(0);
+    ASSERT_TRUE(static_cast<bool>(arena)) << llvm::toString(arena.takeError());
+    const size_t out_elem = dtype_size(dtype);
+    DeviceBuffer* d_x = arena->upload(x, x.size());
+    DeviceBuffer* d_w = arena->upload(w, w.size());
+    DeviceBuffer* d_b = arena->upload(b, b.size());
+    DeviceBuffer* d_out = arena->upload({}, static_cast<size_t>(T * N) * out_elem);
+    DeviceBuffer* d_pre = arena->upload({}, static_cast<size_t>(T * N) * 4);
+    ASSERT_FALSE(static_cast<bool>(arena->take_error()));
+    int64_t w_shape[2] = {N, K}, b_shape[1] = {N};
+    const DLTensor t_w = device_tensor(*d_w, 0, 0, 2, w_shape, nullptr, dl_dtype(dtype));
+    const DLTensor t_b = device_tensor(*d_b, 0, 0, 1, b_shape, nullptr, dl_dtype(dtype));
+    auto run = [&](int64_t rows, bool silu, std::vector<uint8_t>& out, std::vector<float>& pre) {
+      int64_t x_shape[2] = {rows, K}, out_shape[2] = {rows, N};
+      const DLTensor t_x = device_tensor(*d_x, 0, 0, 2, x_shape, nullptr, dl_dtype(DType::F32));
+      const DLTensor t_out = device_tensor(*d_out, 0, 0, 2, out_shape, nullptr, dl_dtype(dtype));
+      const DLTensor t_pre = device_tensor(*d_pre, 0, 0, 2, out_shape, nullptr, dl_dtype(DType::F32));
+      const Status status = runtime().det_linear(t_x, t_w, &t_b, t_out, &t_pre, silu, nullptr);
+      ASSERT_TRUE(status.ok()) << status.message();
+      ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
+      out.resize(static_cast<size_t>(rows * N) * out_elem);
+      pre.resize(static_cast<size_t>(rows * N));
+      ASSERT_FALSE(static_cast<bool>(d_out->download(out.data(), out.size())));
+      ASSERT_FALSE(static_cast<bool>(d_pre->download(pre.data(), pre.size() * 4)));
+    };
+    std::vector<float> model;
+    if (dtype == DType::F32) {
+      model.resize(static_cast<size_t>(T * N));
+      det_linear_fp32_model(reinterpret_cast<const float*>(x.data()), reinterpret_cast<const float*>(w.data()),
+                            reinterpret_cast<const float*>(b.data()), T, K, N, model.data());
+    }
+    for (bool silu : {false, true}) {
+      std::vector<uint8_t> full, again, part;
+      std::vector<float> full_pre, again_pre, part_pre;
+      run(T, silu, full, full_pre);
+      run(T, silu, again, again_pre);
+      EXPECT_EQ(full, again) << name << ": a second run differs";
+      for (int64_t rows = 1; rows < T; ++rows) {
+        run(rows, silu, part, part_pre);
+        EXPECT_EQ(0, std::memcmp(part.data(), full.data(), part.size())) << name << " T=" << rows;
+        EXPECT_EQ(0, std::memcmp(part_pre.data(), full_pre.data(), part_pre.size() * 4)) << name << " T=" << rows;
+      }
+      if (dtype == DType::F32) {
+        EXPECT_EQ(0, std::memcmp(model.data(), full_pre.data(), model.size() * 4)) << name << ": pre-activation vs the host model";
+        if (!silu) {
+          EXPECT_EQ(0, std::memcmp(model.data(), full.data(), model.size() * 4)) << name;
+        }
+      } else if (!silu) {
+        int64_t off = 0;
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t n = 0; n < N; n += 97) {
+            long double ref = xj::to_float(reinterpret_cast<const xj::bf16*>(b.data())[n]), magnitude = std::fabs(ref);
+            for (int64_t k = 0; k < K; ++k) {
+              const long double term =
+                  static_cast<long double>(xj::to_float(reinterpret_cast<const xj::bf16*>(w.data())[n * K + k])) *
+                  xj::to_float(xj::round_to<xj::bf16>(reinterpret_cast<const float*>(x.data())[t * K + k]));
+              ref += term;
+              magnitude += std::fabs(term);
+            }
+            off += !(std::fabs(static_cast<double>(ref) - full_pre[t * N + n]) <= 256 * 0x1p-24 * static_cast<double>(magnitude));
+          }
+        EXPECT_EQ(off, 0) << name << ": bf16 pre-activations far from the fp64 reference";
+      }
+    }
+  }
+  // The bf16 forward on this GPU's bulk-copy kernel and on the register kernel (`registers`, a
+  // runtime compiling PTX for compute_80) give the same bits for each row count (at most 11).
+  void check_bulk_matches_registers(Runtime& registers, int64_t K, int64_t N, std::initializer_list<int64_t> rows_list) {
+    using namespace selftest;
+    const int64_t T = 11;
+    ASSERT_TRUE(det_linear_geometry(DType::BF16, K, N, 90).bulk);
+    Generator gen{static_cast<uint64_t>(7 + K + N)};
+    std::vector<uint8_t> x = random_storage(gen, DType::F32, T * K, false);
+    std::vector<uint8_t> w = random_storage(gen, DType::BF16, N * K, false);
+    std::vector<uint8_t> b = random_storage(gen, DType::BF16, N, false);
+    auto arena = DeviceArena::open(0);
+    ASSERT_TRUE(static_cast<bool>(arena)) << llvm::toString(arena.takeError());
+    DeviceBuffer* d_x = arena->upload(x, x.size());
+    DeviceBuffer* d_w = arena->upload(w, w.size());
+    DeviceBuffer* d_b = arena->upload(b, b.size());
+    DeviceBuffer* d_out = arena->upload({}, static_cast<size_t>(T * N) * 2);
+    DeviceBuffer* d_pre = arena->upload({}, static_cast<size_t>(T * N) * 4);
+    ASSERT_FALSE(static_cast<bool>(arena->take_error()));
+    int64_t w_shape[2] = {N, K}, b_shape[1] = {N};
+    const DLTensor t_w = device_tensor(*d_w, 0, 0, 2, w_shape, nullptr, dl_dtype(DType::BF16));
+    const DLTensor t_b = device_tensor(*d_b, 0, 0, 1, b_shape, nullptr, dl_dtype(DType::BF16));
+    auto run = [&](Runtime& rt, int64_t rows, bool silu, std::vector<uint8_t>& out) {
+      int64_t x_shape[2] = {rows, K}, out_shape[2] = {rows, N};
+      const DLTensor t_x = device_tensor(*d_x, 0, 0, 2, x_shape, nullptr, dl_dtype(DType::F32));
+      const DLTensor t_out = device_tensor(*d_out, 0, 0, 2, out_shape, nullptr, dl_dtype(DType::BF16));
+      const DLTensor t_pre = device_tensor(*d_pre, 0, 0, 2, out_shape, nullptr, dl_dtype(DType::F32));
+      const Status status = rt.det_linear(t_x, t_w, &t_b, t_out, &t_pre, silu, nullptr);
+      ASSERT_TRUE(status.ok()) << status.message();
+      ASSERT_TRUE(rt.synchronize(0, nullptr).ok());
+      out.resize(static_cast<size_t>(rows * N) * 6);
+      ASSERT_FALSE(static_cast<bool>(d_out->download(out.data(), static_cast<size_t>(rows * N) * 2)));
+      ASSERT_FALSE(static_cast<bool>(d_pre->download(out.data() + rows * N * 2, static_cast<size_t>(rows * N) * 4)));
+    };
+    for (bool silu : {false, true})
+      for (int64_t rows : rows_list) {
+        std::vector<uint8_t> bulk, reg;
+        run(runtime(), rows, silu, bulk);
+        run(registers, rows, silu, reg);
+        EXPECT_TRUE(bulk == reg) << "K=" << K << " N=" << N << " T=" << rows << " silu=" << silu;
+      }
   }
 };
 
@@ -291,85 +412,11 @@ TEST_F(Gpu, BackwardBadIndexIsReported) {
 // end); bf16 with 8-warp blocks (the 18H projection), 4-warp blocks 12 deep (the 2H one), and
 // x staged in 64-chunk tiles with a half-wide last chunk and warps past the end (K = 4112, N = 2000).
 TEST_F(Gpu, DetLinearIsBatchInvariantAndMatchesTheFp32Model) {
-  using namespace selftest;
-  struct Case {
-    DType dtype;
-    int64_t K, N;
-  };
-  for (const Case& c : {Case{DType::F32, 256, 5378}, Case{DType::F32, 5536, 2690}, Case{DType::BF16, 2688, 18 * 5376},
-                        Case{DType::BF16, 2688, 2 * 5376}, Case{DType::BF16, 4112, 2000}}) {
-    const DType dtype = c.dtype;
-    const int64_t K = c.K, N = c.N, T = 8;
-    const std::string name = fmt::format("{} K={} N={}", dtype_name(dtype), K, N);
-    Generator gen{static_cast<uint64_t>(11 + K + N)};
-    std::vector<uint8_t> x = random_storage(gen, DType::F32, T * K, false);
-    std::vector<uint8_t> w = random_storage(gen, dtype, N * K, false);
-    std::vector<uint8_t> b = random_storage(gen, dtype, N, false);
-    auto arena = DeviceArena::open(0);
-    ASSERT_TRUE(static_cast<bool>(arena)) << llvm::toString(arena.takeError());
-    const size_t out_elem = dtype_size(dtype);
-    DeviceBuffer* d_x = arena->upload(x, x.size());
-    DeviceBuffer* d_w = arena->upload(w, w.size());
-    DeviceBuffer* d_b = arena->upload(b, b.size());
-    DeviceBuffer* d_out = arena->upload({}, static_cast<size_t>(T * N) * out_elem);
-    DeviceBuffer* d_pre = arena->upload({}, static_cast<size_t>(T * N) * 4);
-    ASSERT_FALSE(static_cast<bool>(arena->take_error()));
-    int64_t w_shape[2] = {N, K}, b_shape[1] = {N};
-    const DLTensor t_w = device_tensor(*d_w, 0, 0, 2, w_shape, nullptr, dl_dtype(dtype));
-    const DLTensor t_b = device_tensor(*d_b, 0, 0, 1, b_shape, nullptr, dl_dtype(dtype));
-    auto run = [&](int64_t rows, bool silu, std::vector<uint8_t>& out, std::vector<float>& pre) {
-      int64_t x_shape[2] = {rows, K}, out_shape[2] = {rows, N};
-      const DLTensor t_x = device_tensor(*d_x, 0, 0, 2, x_shape, nullptr, dl_dtype(DType::F32));
-      const DLTensor t_out = device_tensor(*d_out, 0, 0, 2, out_shape, nullptr, dl_dtype(dtype));
-      const DLTensor t_pre = device_tensor(*d_pre, 0, 0, 2, out_shape, nullptr, dl_dtype(DType::F32));
-      const Status status = runtime().det_linear(t_x, t_w, &t_b, t_out, &t_pre, silu, nullptr);
-      ASSERT_TRUE(status.ok()) << status.message();
-      ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
-      out.resize(static_cast<size_t>(rows * N) * out_elem);
-      pre.resize(static_cast<size_t>(rows * N));
-      ASSERT_FALSE(static_cast<bool>(d_out->download(out.data(), out.size())));
-      ASSERT_FALSE(static_cast<bool>(d_pre->download(pre.data(), pre.size() * 4)));
-    };
-    std::vector<float> model;
-    if (dtype == DType::F32) {
-      model.resize(static_cast<size_t>(T * N));
-      det_linear_fp32_model(reinterpret_cast<const float*>(x.data()), reinterpret_cast<const float*>(w.data()),
-                            reinterpret_cast<const float*>(b.data()), T, K, N, model.data());
-    }
-    for (bool silu : {false, true}) {
-      std::vector<uint8_t> full, again, part;
-      std::vector<float> full_pre, again_pre, part_pre;
-      run(T, silu, full, full_pre);
-      run(T, silu, again, again_pre);
-      EXPECT_EQ(full, again) << name << ": a second run differs";
-      for (int64_t rows = 1; rows < T; ++rows) {
-        run(rows, silu, part, part_pre);
-        EXPECT_EQ(0, std::memcmp(part.data(), full.data(), part.size())) << name << " T=" << rows;
-        EXPECT_EQ(0, std::memcmp(part_pre.data(), full_pre.data(), part_pre.size() * 4)) << name << " T=" << rows;
-      }
-      if (dtype == DType::F32) {
-        EXPECT_EQ(0, std::memcmp(model.data(), full_pre.data(), model.size() * 4)) << name << ": pre-activation vs the host model";
-        if (!silu) {
-          EXPECT_EQ(0, std::memcmp(model.data(), full.data(), model.size() * 4)) << name;
-        }
-      } else if (!silu) {
-        int64_t off = 0;
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t n = 0; n < N; n += 97) {
-            long double ref = xj::to_float(reinterpret_cast<const xj::bf16*>(b.data())[n]), magnitude = std::fabs(ref);
-            for (int64_t k = 0; k < K; ++k) {
-              const long double term =
-                  static_cast<long double>(xj::to_float(reinterpret_cast<const xj::bf16*>(w.data())[n * K + k])) *
-                  xj::to_float(xj::round_to<xj::bf16>(reinterpret_cast<const float*>(x.data())[t * K + k]));
-              ref += term;
-              magnitude += std::fabs(term);
-            }
-            off += !(std::fabs(static_cast<double>(ref) - full_pre[t * N + n]) <= 256 * 0x1p-24 * static_cast<double>(magnitude));
-          }
-        EXPECT_EQ(off, 0) << name << ": bf16 pre-activations far from the fp64 reference";
-      }
-    }
-  }
+  check_det_linear_forward(DType::F32, 256, 5378);
+  check_det_linear_forward(DType::F32, 5536, 2690);
+  check_det_linear_forward(DType::BF16, 2688, 18 * 5376);
+  check_det_linear_forward(DType::BF16, 2688, 2 * 5376);
+  check_det_linear_forward(DType::BF16, 4112, 2000);
 }
 
 // det_linear backward (fp32): without SiLU every gradient equals the host model bit for bit. With
@@ -573,51 +620,31 @@ TEST_F(Gpu, MissingDeviceIsAnError) {
 // for T = 1..8 and 11 rows (two row tiles), with and without SiLU, for the two AdaLN projections and
 // a K with a 16-wide last chunk.
 TEST_F(Gpu, DetLinearBf16BulkAndRegisterKernelsGiveTheSameBits) {
-  using namespace selftest;
-  RuntimeOptions options = RuntimeOptions::from_environment();
-  options.arch = "compute_80";
-  Runtime registers(options);
-  struct Case {
-    int64_t K, N;
-  };
-  for (const Case& c : {Case{2688, 18 * 5376}, Case{2688, 2 * 5376}, Case{4112, 2000}}) {
-    const int64_t K = c.K, N = c.N, T = 11;
-    ASSERT_TRUE(det_linear_geometry(DType::BF16, K, N, 90).bulk);
-    Generator gen{static_cast<uint64_t>(7 + K + N)};
-    std::vector<uint8_t> x = random_storage(gen, DType::F32, T * K, false);
-    std::vector<uint8_t> w = random_storage(gen, DType::BF16, N * K, false);
-    std::vector<uint8_t> b = random_storage(gen, DType::BF16, N, false);
-    auto arena = DeviceArena::open(0);
-    ASSERT_TRUE(static_cast<bool>(arena)) << llvm::toString(arena.takeError());
-    DeviceBuffer* d_x = arena->upload(x, x.size());
-    DeviceBuffer* d_w = arena->upload(w, w.size());
-    DeviceBuffer* d_b = arena->upload(b, b.size());
-    DeviceBuffer* d_out = arena->upload({}, static_cast<size_t>(T * N) * 2);
-    DeviceBuffer* d_pre = arena->upload({}, static_cast<size_t>(T * N) * 4);
-    ASSERT_FALSE(static_cast<bool>(arena->take_error()));
-    int64_t w_shape[2] = {N, K}, b_shape[1] = {N};
-    const DLTensor t_w = device_tensor(*d_w, 0, 0, 2, w_shape, nullptr, dl_dtype(DType::BF16));
-    const DLTensor t_b = device_tensor(*d_b, 0, 0, 1, b_shape, nullptr, dl_dtype(DType::BF16));
-    auto run = [&](Runtime& rt, int64_t rows, bool silu, std::vector<uint8_t>& out) {
-      int64_t x_shape[2] = {rows, K}, out_shape[2] = {rows, N};
-      const DLTensor t_x = device_tensor(*d_x, 0, 0, 2, x_shape, nullptr, dl_dtype(DType::F32));
-      const DLTensor t_out = device_tensor(*d_out, 0, 0, 2, out_shape, nullptr, dl_dtype(DType::BF16));
-      const DLTensor t_pre = device_tensor(*d_pre, 0, 0, 2, out_shape, nullptr, dl_dtype(DType::F32));
-      const Status status = rt.det_linear(t_x, t_w, &t_b, t_out, &t_pre, silu, nullptr);
-      ASSERT_TRUE(status.ok()) << status.message();
-      ASSERT_TRUE(rt.synchronize(0, nullptr).ok());
-      out.resize(static_cast<size_t>(rows * N) * 6);
-      ASSERT_FALSE(static_cast<bool>(d_out->download(out.data(), static_cast<size_t>(rows * N) * 2)));
-      ASSERT_FALSE(static_cast<bool>(d_pre->download(out.data() + rows * N * 2, static_cast<size_t>(rows * N) * 4)));
-    };
-    for (bool silu : {false, true})
-      for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 11}) {
-        std::vector<uint8_t> bulk, reg;
-        run(runtime(), rows, silu, bulk);
-        run(registers, rows, silu, reg);
-        EXPECT_TRUE(bulk == reg) << "K=" << K << " N=" << N << " T=" << rows << " silu=" << silu;
-      }
-  }
+  Runtime registers(register_kernel_options());
+  for (int64_t N : {18 * 5376, 2 * 5376})
+    check_bulk_matches_registers(registers, 2688, N, {1, 2, 3, 4, 5, 6, 7, 8, 11});
+  check_bulk_matches_registers(registers, 4112, 2000, {1, 2, 3, 4, 5, 6, 7, 8, 11});
+}
+
+// Every det_linear forward geometry at sizes compute-sanitizer's racecheck finishes in (it tracks
+// each shared-memory access, and the full-size tests stream 520 MB through shared memory per
+// launch): the same checks as the two tests above, at under ten million weights each. fp32: one
+// group per lane with a partial last block, and the pipeline with a leftover and a partial group
+// and a warp past the end. bf16: the bulk kernel with whole chunks and with a 16-wide last one;
+// the register kernel with 8-warp blocks (N >= 264 blocks of 128), 4-warp blocks, and x staged
+// in 64-chunk tiles.
+TEST_F(Gpu, DetLinearEveryGeometryAtSanitizerSize) {
+  check_det_linear_forward(DType::F32, 256, 130);
+  check_det_linear_forward(DType::F32, 5536, 66);
+  check_det_linear_forward(DType::BF16, 2688, 272);
+  check_det_linear_forward(DType::BF16, 4112, 144);
+  Runtime registers(register_kernel_options());
+  ASSERT_EQ(det_linear_geometry(DType::BF16, 256, 264 * 128, 80).warps, 8);
+  ASSERT_EQ(det_linear_geometry(DType::BF16, 2688, 272, 80).warps, 4);
+  ASSERT_EQ(det_linear_geometry(DType::BF16, 4112, 144, 80).tile_chunks, 64);
+  check_bulk_matches_registers(registers, 256, 264 * 128, {1, 8, 11});
+  check_bulk_matches_registers(registers, 2688, 272, {1, 8, 11});
+  check_bulk_matches_registers(registers, 4112, 144, {1, 8, 11});
 }
 
 }  // namespace

@@ -87,6 +87,8 @@ step ops-ctypes ops_ctypes.log env EXACTJIT_TORCH_EXTENSION=off python3 tests/gp
 step host host.log python3 bench/bench_torch_host.py --profile --report "$OUT/host.md" --json "$LOGS/host.json"
 step diffusers diffusers.log timeout 400 python3 tests/gpu/diffusers_torch.py --report "$OUT/diffusers.md" \
   --json "$LOGS/diffusers.json"
+# Kernel-by-kernel GPU time of the fwd+bwd steps (torch.profiler): where the backward loses time.
+step kernels kernels.log python3 bench/profile_backward_kernels.py --report "$OUT/kernels.md"
 step e2e e2e.log timeout 500 python3 bench/bench_e2e.py --profile --report "$OUT/e2e.md" --json "$LOGS/e2e.json" \
   --plot "$OUT/e2e.png"
 # bench_host needs libexactjit.so and libbenchmark.so.1debian carried next to it.

@@ -20,6 +20,9 @@ int64_t packs_per_row(const KernelSpec& spec);
 int backward_threads(const KernelSpec& spec);
 /// Column slices (grid.y) of a backward tile kernel: each thread owns one pack of a row.
 int column_slices(const KernelSpec& spec);
+/// Rows whose loads a thread of a backward tile kernel issues before adding any of them (added in
+/// list order whatever the number, so it changes speed, never bits).
+int backward_row_unroll(const KernelSpec& spec);
 
 /// One row of packs_per_row packs: wide rows get 128..256 threads chosen to leave the fewest idle
 /// lanes; narrow rows share a 128-thread block.

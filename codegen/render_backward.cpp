@@ -17,13 +17,15 @@ std::string render_backward_constants(const KernelSpec& spec) {
              "constexpr bool kWeighted = {weighted};\n"
              "constexpr bool kSegmented = {segmented};  // rms_norm parameter grads: table rows (segment tiles)\n"
              "constexpr int kThreads = {threads};\n"
+             "constexpr int kRowUnroll = {unroll};  // tile kernels: rows loaded before their adds\n"
              "constexpr long long kTilePositions = {tile};\n"
              "constexpr long long kChunkPositions = {chunk};\n"
              "constexpr int kMaxTableRows = {max_rows};\n"
              "constexpr int kTargetArch = {arch};\n",
              fmt::arg("weighted", spec.weighted ? "true" : "false"),
              fmt::arg("segmented", spec.op == Op::RmsNormTableGrad ? "true" : "false"),
-             fmt::arg("threads", backward_threads(spec)), fmt::arg("tile", kTilePositions),
+             fmt::arg("threads", backward_threads(spec)), fmt::arg("unroll", backward_row_unroll(spec)),
+             fmt::arg("tile", kTilePositions),
              fmt::arg("chunk", kChunkPositions), fmt::arg("max_rows", kMaxPlanTableRows), fmt::arg("arch", spec.target.sm));
 }
 

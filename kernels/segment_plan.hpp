@@ -17,7 +17,7 @@
 namespace exactjit {
 
 inline constexpr int64_t kTilePositions = 256;
-inline constexpr int64_t kChunkPositions = 4096;
+inline constexpr int64_t kChunkPositions = 1024;
 inline constexpr int64_t kMaxPlanTableRows = 4096;  // the per-row counters live in shared memory
 
 /// Byte offsets of the plan's arrays (int32) inside a workspace, then of the float partials.

@@ -12,7 +12,6 @@ typedef xj::SegmentSumFor<T>::type Sum;
 constexpr int kPacksPerRow = spec::kHidden / spec::kVec;
 constexpr int kSlices = (kPacksPerRow + spec::kThreads - 1) / spec::kThreads;
 constexpr int kChunks = 6;
-constexpr int kRowUnroll = 4;
 
 static_assert(spec::kHidden % spec::kVec == 0, "hidden size must be a whole number of packs");
 
@@ -29,14 +28,14 @@ XJ_ENTRY(const adaln_row_gather_backward::T* __restrict__ grad, float* __restric
   if (pack >= kPacksPerRow || !xj::segment_tile(plan, blockIdx.x, tile)) return;
   const int col = pack * spec::kVec;
   Sum sum[spec::kVec];
-  for (long long j0 = tile.first; j0 < tile.end; j0 += kRowUnroll) {
-    Pack g[kRowUnroll];
+  for (long long j0 = tile.first; j0 < tile.end; j0 += spec::kRowUnroll) {
+    Pack g[spec::kRowUnroll];
 #pragma unroll
-    for (int u = 0; u < kRowUnroll; ++u)
+    for (int u = 0; u < spec::kRowUnroll; ++u)
       if (j0 + u < tile.end)
         xj::load_pack(g[u], grad + (chunk * plan.seq + xj::segment_row(plan, tile, j0 + u)) * spec::kHidden + col);
 #pragma unroll
-    for (int u = 0; u < kRowUnroll; ++u)
+    for (int u = 0; u < spec::kRowUnroll; ++u)
       if (j0 + u < tile.end)
 #pragma unroll
         for (int e = 0; e < spec::kVec; ++e) sum[e].add(xj::to_float(g[u].v[e]));

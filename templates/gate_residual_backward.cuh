@@ -14,7 +14,6 @@ typedef xj::Pack<T, spec::kVec> Pack;
 typedef xj::SegmentSumFor<T>::type Sum;
 
 constexpr int kPacksPerRow = spec::kHidden / spec::kVec;
-constexpr int kRowUnroll = 4;
 
 static_assert(spec::kHidden % spec::kVec == 0, "hidden size must be a whole number of packs");
 static_assert(spec::kTableStride % spec::kVec == 0, "table rows must start on a pack");
@@ -34,11 +33,11 @@ XJ_ENTRY(const gate_residual_backward::T* __restrict__ grad, const gate_residual
   Pack g;
   if (d_y) xj::load_pack(g, gate + tile.row * spec::kTableStride + col);
   Sum sum[spec::kVec];
-  for (long long j0 = tile.first; j0 < tile.end; j0 += kRowUnroll) {
-    long long base[kRowUnroll];
-    Pack gr[kRowUnroll], yv[kRowUnroll];
+  for (long long j0 = tile.first; j0 < tile.end; j0 += spec::kRowUnroll) {
+    long long base[spec::kRowUnroll];
+    Pack gr[spec::kRowUnroll], yv[spec::kRowUnroll];
 #pragma unroll
-    for (int u = 0; u < kRowUnroll; ++u) {
+    for (int u = 0; u < spec::kRowUnroll; ++u) {
       if (j0 + u < tile.end) {
         base[u] = xj::segment_row(plan, tile, j0 + u) * spec::kHidden + col;
         xj::load_pack(gr[u], grad + base[u]);
@@ -46,7 +45,7 @@ XJ_ENTRY(const gate_residual_backward::T* __restrict__ grad, const gate_residual
       }
     }
 #pragma unroll
-    for (int u = 0; u < kRowUnroll; ++u) {
+    for (int u = 0; u < spec::kRowUnroll; ++u) {
       if (j0 + u < tile.end) {
         Pack out;
 #pragma unroll

@@ -21,7 +21,6 @@ typedef SumOf<!spec::kSegmented>::type Sum;
 
 constexpr int kQuads = spec::kHidden / 4;
 constexpr bool kModulated = spec::kTableStride > 0;
-constexpr int kRowUnroll = 4;
 
 static_assert(spec::kHidden % 4 == 0, "rms_norm needs H % 4 == 0");
 
@@ -51,12 +50,12 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
   Quad w;
   if (spec::kSegmented && spec::kWeighted) xj::load_quad(w, weight + col);
   Sum first[4], second[4];
-  for (long long j0 = first_j; j0 < end_j; j0 += kRowUnroll) {
-    Quad g[kRowUnroll], xv[kRowUnroll], sc[kRowUnroll];
-    float r[kRowUnroll];
-    bool use[kRowUnroll];
+  for (long long j0 = first_j; j0 < end_j; j0 += spec::kRowUnroll) {
+    Quad g[spec::kRowUnroll], xv[spec::kRowUnroll], sc[spec::kRowUnroll];
+    float r[spec::kRowUnroll];
+    bool use[spec::kRowUnroll];
 #pragma unroll
-    for (int u = 0; u < kRowUnroll; ++u) {
+    for (int u = 0; u < spec::kRowUnroll; ++u) {
       use[u] = j0 + u < end_j;
       if (!use[u]) continue;
       const long long row = spec::kSegmented ? xj::segment_row(plan, tile, j0 + u) : j0 + u;
@@ -71,7 +70,7 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
       xj::load_quad(xv[u], x + row * spec::kHidden + col);
     }
 #pragma unroll
-    for (int u = 0; u < kRowUnroll; ++u) {
+    for (int u = 0; u < spec::kRowUnroll; ++u) {
       if (!use[u]) continue;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {

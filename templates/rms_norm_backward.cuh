@@ -56,6 +56,13 @@ __device__ __forceinline__ float weighted_grad(const Quad& g, const Quad& sc, co
   return wd;
 }
 
+// The scale row's and the weight's quad v. Loaded where they are used, once per pass (L1/L2
+// hits: every row of a table row shares them), so only x and grad stay in registers.
+__device__ __forceinline__ void load_parameters(const T* scale_row, const T* weight, int v, Quad& sq, Quad& wq) {
+  if (kModulated) xj::load_quad(sq, scale_row + 4 * v);
+  if (spec::kWeighted) xj::load_quad(wq, weight + 4 * v);
+}
+
 }  // namespace rms_norm_backward
 
 extern "C" __global__ void __launch_bounds__(rms_norm_backward::kRowThreads)
@@ -79,7 +86,7 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
   const T* x_row = x + row * spec::kHidden;
   const T* grad_row = grad + row * spec::kHidden;
   const T* scale_row = scale + i * spec::kTableStride;
-  Quad xq[kQuadsPerThread], gq[kQuadsPerThread], sq[kQuadsPerThread], wq[kQuadsPerThread];
+  Quad xq[kQuadsPerThread], gq[kQuadsPerThread];
   float dot = 0.0f;
   xj::CompensatedSum squares;
 #pragma unroll
@@ -88,17 +95,17 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
     if (live && in_row(k)) {
       xj::load_quad(xq[k], x_row + 4 * v);
       xj::load_quad(gq[k], grad_row + 4 * v);
-      if (kModulated) xj::load_quad(sq[k], scale_row + 4 * v);
-      if (spec::kWeighted) xj::load_quad(wq[k], weight + 4 * v);
     }
   }
 #pragma unroll
   for (int k = 0; k < kQuadsPerThread; ++k) {
     if (live && in_row(k)) {
+      Quad sq, wq;
+      load_parameters(scale_row, weight, t + k * kRowThreads, sq, wq);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float xv = xj::to_float(xq[k].v[e]);
-        dot = xj::fma(weighted_grad(gq[k], sq[k], wq[k], e), xv, dot);
+        dot = xj::fma(weighted_grad(gq[k], sq, wq, e), xv, dot);
         if (kExactRstd) squares.add_product(xv, xv);
       }
     }
@@ -121,11 +128,12 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
 #pragma unroll
   for (int k = 0; k < kQuadsPerThread; ++k) {
     if (in_row(k)) {
-      Quad out;
+      Quad sq, wq, out;
+      load_parameters(scale_row, weight, t + k * kRowThreads, sq, wq);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float wd_lo = 0.0f;
-        const float wd = weighted_grad(gq[k], sq[k], wq[k], e, kHasLo ? &wd_lo : nullptr);
+        const float wd = weighted_grad(gq[k], sq, wq, e, kHasLo ? &wd_lo : nullptr);
         float small = xj::mul(-xj::to_float(xq[k].v[e]), coef);
         if (kExactRstd) small = xj::fma(r_lo, wd, small);
         if (kHasLo) small = xj::fma(r, wd_lo, small);

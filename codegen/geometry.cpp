@@ -47,15 +47,15 @@ int backward_threads(const KernelSpec& spec) {
 }
 
 int backward_row_unroll(const KernelSpec& spec) {
-  // A tile is one block's serial walk over up to kTilePositions rows, and at small S there are few
-  // tiles (S = 4097: ~26 x the column slices), so the loads in flight per thread set the speed.
-  // Rows of 16-byte loads take 8 (gate_residual: 128 registers, no spill); the parameter-gradient
-  // kernels' bf16/fp16 quads (8 bytes) take 16 (160 registers at most; fp32 at 16 would need 250).
+  // A tile is one block's serial walk over up to kTilePositions rows; at small S there are few
+  // tiles. 8 rows of 16-byte packs help there and cost nothing at large S; 16 rows in the rms_norm
+  // parameter tiles cost more at large S (160 registers, fewer blocks per SM) than they gained
+  // at small S, so those keep 4 (docs/perf-notes.md, backward v3).
   switch (spec.op) {
     case Op::GateResidualBackward:
     case Op::AdalnRowGatherBackward: return 8;
     case Op::RmsNormTableGrad:
-    case Op::RmsNormWeightGrad: return spec.dtype == DType::F32 ? 8 : 16;
+    case Op::RmsNormWeightGrad: return 4;
     default: return 1;
   }
 }

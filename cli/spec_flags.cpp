@@ -1,4 +1,4 @@
-// exactjit command line: spec flags, --manifest and the default target.
+// exactjit command line: spec flags, --manifest (a spec list or a JSON array) and the targets.
 #include "cli/commands.hpp"
 #include "cli/json_output.hpp"
 #include "cli/options.hpp"
@@ -179,6 +179,24 @@ llvm::Expected<std::vector<FamilyRequest>> read_json_manifest(const std::string&
   return requests;
 }
 
+// A recorded spec list names where each kernel ran; `targets`, when given (--arch), where they
+// will run instead. Each spec is checked as one from flags would be.
+llvm::Expected<std::vector<KernelSpec>> specs_from_spec_list(const std::string& text, const std::string& file,
+                                                             const std::vector<Target>* targets) {
+  auto recorded = parse_spec_list(text, "manifest " + file);
+  if (!recorded) return recorded.takeError();
+  std::vector<KernelSpec> specs;
+  for (KernelSpec spec : *recorded) {
+    for (const Target& target : targets ? *targets : std::vector<Target>{spec.target}) {
+      spec.target = target;
+      if (auto err = validate_spec(spec))
+        return usage(fmt::format("manifest {}: {}", file, llvm::toString(std::move(err))));
+      specs.push_back(spec);
+    }
+  }
+  return specs;
+}
+
 }  // namespace
 
 CacheConfig cache_config() {
@@ -231,17 +249,9 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
     auto text = read_bounded_file(manifest_flag, kMaxManifestBytes);
     if (!text) return usage(fmt::format("cannot read manifest: {}", take_error(text.takeError()).message));
     if (is_spec_list(*text)) {
-      // A recorded list names where each kernel ran; --arch, when given, where they will run.
-      auto recorded = parse_spec_list(*text, "manifest " + manifest_flag);
+      auto recorded = specs_from_spec_list(*text, manifest_flag, arch_flag.empty() ? nullptr : &*targets);
       if (!recorded) return recorded.takeError();
-      for (KernelSpec spec : *recorded) {
-        for (const Target& target : arch_flag.empty() ? std::vector<Target>{spec.target} : *targets) {
-          spec.target = target;
-          if (auto err = validate_spec(spec))
-            return usage(fmt::format("manifest {}: {}", manifest_flag.getValue(), llvm::toString(std::move(err))));
-          add({spec});
-        }
-      }
+      add(*recorded);
       return specs;
     }
     auto requests = read_json_manifest(*text, manifest_flag);

@@ -72,7 +72,7 @@ std::string describe_kind(const EnvironmentVariable& v) {
     case EnvKind::Path: return "path";
     case EnvKind::PathList: return "path list (:)";
     case EnvKind::Boolean: return "boolean";
-    case EnvKind::Choice: return fmt::format("{}", v.choices);
+    case EnvKind::Choice: return std::string(v.choices);
     case EnvKind::Arch: return "arch";
     case EnvKind::BooleanOrPath: return "boolean or path";
   }

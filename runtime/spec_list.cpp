@@ -73,13 +73,15 @@ llvm::Expected<std::vector<KernelSpec>> parse_spec_list(llvm::StringRef text, ll
     if (end == llvm::StringRef::npos)
       return make_error(ErrorCode::InvalidArgument,
                         fmt::format("{}: line {} is cut short (no newline)", what.str(), line_number));
+    text = text.drop_front(end);
+    // A repeated header: writers that found the file empty at once, without a working lock.
+    if (line == kSpecListFormat) continue;
     const std::optional<KernelSpec> spec = parse_spec(std::string_view(line.data(), line.size()));
     if (!spec)
       return make_error(ErrorCode::InvalidArgument,
                         fmt::format("{}: line {} is not a kernel spec exactjit writes: '{}'", what.str(), line_number,
                                     line.take_front(200).str()));
     if (seen.insert(*spec).second) specs.push_back(*spec);
-    text = text.drop_front(end);
   }
   return specs;
 }

@@ -31,9 +31,10 @@ inline constexpr const char* kSpecListFormat = "exactjit-spec-list-1";
 /// True when `text` starts with the spec-list header line.
 bool is_spec_list(llvm::StringRef text);
 
-/// The specs of a spec list `what` (a file name, for messages), each once, in file order; an
-/// InvalidArgument error naming the line for anything that is not a canonical spec. A last line
-/// without its newline (a writer that died mid-line) is refused like any other bad line.
+/// The specs of a spec list `what` (a file name, for messages), each once, in file order (a
+/// repeated spec or header line is skipped); an InvalidArgument error naming the line for anything
+/// else that is not a canonical spec. A last line without its newline (a writer that died
+/// mid-line) is refused like any other bad line.
 llvm::Expected<std::vector<KernelSpec>> parse_spec_list(llvm::StringRef text, llvm::StringRef what);
 
 /// Appends `spec` to the spec list `file` (created with its header when missing) unless it is

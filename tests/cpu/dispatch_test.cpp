@@ -241,6 +241,53 @@ TEST_F(DispatchTest, RuntimesInSeveralThreadsRecordEachUsedSpecOnce) {
                            "gate_residual dtype=bf16 hidden=5376 table_stride=32256 vec=8 index=int64 target=sm_90"}));
 }
 
+// The deployment flow end to end (docs/deploy.md), with the fake driver as the GPU: record what a
+// workload launches, pre-warm exactly that with the CLI into a fresh layer, check the layer, then
+// run the workload offline against it, read-only: zero misses. A kernel it did not record is a
+// miss that names the prewarm command.
+TEST_F(DispatchTest, RecordPrewarmThenRunOfflineWithZeroMisses) {
+  test::TempDir dir;
+  const std::string list = dir / "used.specs";
+  FakeTensor index32{3 * GiB, {1}, test::kI32};
+  auto workload = [&](Runtime& runtime) {
+    const Status first = call.run(runtime);
+    if (!first.ok()) return first;
+    return runtime.gate_residual(call.residual.t, call.gate.t, index32.t, call.y.t, call.out.t, nullptr);
+  };
+  RuntimeOptions recording = options();
+  recording.record_manifest = list;
+  {
+    Runtime runtime(recording);
+    const Status status = workload(runtime);
+    ASSERT_TRUE(status.ok()) << status.message();
+  }
+  const std::vector<std::string> build_env = {"EXACTJIT_CACHE_DIR=" + (dir / "layer"), "EXACTJIT_CACHE_PATH=",
+                                              "EXACTJIT_OFFLINE="};
+  const auto built = test::run_command(EXACTJIT_CLI, {"prewarm", "--manifest", list, "--quiet"}, build_env);
+  ASSERT_EQ(built.exit_code, 0) << built.out << built.err;
+  EXPECT_NE(built.out.find("2 kernels: 2 compiled, 0 cached, 0 failed"), std::string::npos) << built.out;
+  const std::vector<std::string> shipped_env = {"EXACTJIT_CACHE_DIR=" + (dir / "empty"),
+                                                "EXACTJIT_CACHE_PATH=" + (dir / "layer"), "EXACTJIT_OFFLINE=1"};
+  const auto checked = test::run_command(EXACTJIT_CLI, {"prewarm", "--manifest", list}, shipped_env);
+  EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
+  EXPECT_NE(checked.out.find("check: 2 kernels: 2 present, 0 missing"), std::string::npos) << checked.out;
+
+  RuntimeOptions production;
+  production.cache_dir = dir / "empty";
+  production.read_only_dirs = {dir / "layer"};
+  production.offline = true;
+  Runtime runtime(production);
+  const Status served = workload(runtime);
+  EXPECT_TRUE(served.ok()) << served.message();
+  FakeTensor final_norm_gate{2 * GiB, {9, H}, kBF16, {2 * H, 1}};  // a table stride nobody recorded
+  const Status miss =
+      runtime.gate_residual(call.residual.t, final_norm_gate.t, call.index.t, call.y.t, call.out.t, nullptr);
+  EXPECT_EQ(miss.code(), XJ_ERROR_OFFLINE_MISS);
+  EXPECT_NE(miss.message().find("exactjit prewarm --op gate_residual --hidden 5376 --dtype bf16 --table-stride 10752"),
+            std::string::npos)
+      << miss.message();
+}
+
 // A malformed boolean variable: the C ABI refuses to create a runtime, naming it; a C++ Runtime
 // made from such options fails every call with the same message.
 TEST_F(DispatchTest, AMalformedEnvironmentFailsRuntimeCreation) {

@@ -622,6 +622,14 @@ TEST(Cli, JsonOutputOfEveryCommand) {
   EXPECT_EQ(p.getString("policy"), llvm::Optional<llvm::StringRef>("cache_size_files=1"));
   EXPECT_GT(p.getInteger("remaining_bytes").getValueOr(0), 0);
 
+  const auto index = cli.run({"cache", "index", "--json"});  // writes the index format, not JSON
+  EXPECT_EQ(index.exit_code, 2);
+  EXPECT_NE(index.err.find("drop --json"), std::string::npos) << index.err;
+  const auto clear = cli.run({"cache", "clear", "--json"});
+  EXPECT_EQ(clear.exit_code, 0);
+  EXPECT_EQ(json_of(clear, "cache clear").getString("removed"),
+            llvm::Optional<llvm::StringRef>(cli.cache / "exactjit-v1"));
+
   const auto usage = cli.run({"prewarm", "--op", "softmax", "--json"});
   EXPECT_EQ(usage.exit_code, 2);
   EXPECT_NE(json_of(usage, "prewarm").getString("error")->find("unknown op 'softmax'"), std::string::npos);

@@ -39,6 +39,10 @@ exactjit_status_t xj_runtime_create(const xj_runtime_options* options, xj_runtim
   if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "xj_runtime_create: runtime must not be NULL");
   *runtime = nullptr;
   exactjit::RuntimeOptions resolved = exactjit::RuntimeOptions::from_environment();
+  if (!resolved.environment_error.empty()) {
+    g_last_error = "xj_runtime_create: " + resolved.environment_error;
+    return XJ_ERROR_INVALID_ARGUMENT;
+  }
   if (options) {
     if (options->struct_size < sizeof(xj_runtime_options))
       return fail(XJ_ERROR_INVALID_ARGUMENT, "xj_runtime_create: options->struct_size must be sizeof(xj_runtime_options)");

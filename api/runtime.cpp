@@ -18,6 +18,7 @@
 #include "kernels/timestep_sinusoid.hpp"
 #include "runtime/device_errors.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/environment.hpp"
 #include "runtime/nvrtc.hpp"
 
 #include <fmt/format.h>
@@ -28,14 +29,18 @@
 namespace exactjit {
 
 RuntimeOptions RuntimeOptions::from_environment() {
-  const CacheConfig config = cache_config_from_environment();
   RuntimeOptions options;
+  if (llvm::Error error = check_environment()) {
+    options.environment_error = take_error(std::move(error)).message;
+    return options;
+  }
+  const CacheConfig config = llvm::cantFail(cache_config_from_environment());  // checked above
   options.cache_dir = config.writable_dir;
   options.read_only_dirs = config.read_only_dirs;
   options.offline = config.offline;
-  if (const char* arch = std::getenv("EXACTJIT_ARCH")) options.arch = arch;
-  const char* check = std::getenv("EXACTJIT_CHECK_AFTER_LAUNCH");
-  options.check_after_launch = check && *check && std::string(check) != "0";
+  options.arch = environment_text("EXACTJIT_ARCH");
+  options.check_after_launch = llvm::cantFail(environment_boolean("EXACTJIT_CHECK_AFTER_LAUNCH"));
+  options.record_manifest = environment_text("EXACTJIT_RECORD_MANIFEST");
   return options;
 }
 
@@ -47,8 +52,14 @@ Status to_status(llvm::Error error) {
 
 namespace {
 
-CacheConfig cache_config_of(const RuntimeOptions& options) {
+// The layers, offline mode from the options; the pinned index and the layer check are the
+// deployment's policy, always from the environment (a runtime given its own folders stays pinned).
+// A malformed policy fails the runtime like any malformed variable.
+CacheConfig cache_config_of(RuntimeOptions& options) {
   CacheConfig config;
+  if (auto environment = cache_config_from_environment()) config = *environment;
+  else if (options.environment_error.empty()) options.environment_error = take_error(environment.takeError()).message;
+  else llvm::consumeError(environment.takeError());
   config.writable_dir = options.cache_dir;
   config.read_only_dirs = options.read_only_dirs;
   config.offline = options.offline;
@@ -60,9 +71,11 @@ CacheConfig cache_config_of(const RuntimeOptions& options) {
 Runtime::Impl::Impl(RuntimeOptions runtime_options)
     : options(std::move(runtime_options)), cache(cache_config_of(options)) {
   if (!options.arch.empty()) forced_target = parse_target(options.arch);
+  if (!options.record_manifest.empty()) recorder = std::make_unique<SpecRecorder>(options.record_manifest);
 }
 
 llvm::Error Runtime::Impl::check_options() const {
+  if (!options.environment_error.empty()) return make_error(ErrorCode::InvalidArgument, options.environment_error);
   if (!options.arch.empty() && !forced_target)
     return make_error(ErrorCode::InvalidArgument,
                       fmt::format("arch '{}' (EXACTJIT_ARCH) must look like sm_90 or compute_90", options.arch));
@@ -156,6 +169,8 @@ llvm::Expected<CUfunction> Runtime::Impl::function(DeviceState& state, KernelSpe
       lookup = cache.get(codegen::render(spec));
     }
   }
+  // The kernel this device runs (the PTX one after a fallback), a miss too: a deployment needs it.
+  if (recorder) recorder->record(spec);
   if (!lookup) return lookup.takeError();
   auto function = modules->function(state.context, *lookup->kernel);
   if (!function) return function.takeError();

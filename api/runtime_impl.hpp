@@ -7,6 +7,7 @@
 #include "runtime/driver.hpp"
 #include "runtime/kernel_cache.hpp"
 #include "runtime/module_table.hpp"
+#include "runtime/spec_list.hpp"
 
 #include <llvm/ADT/ArrayRef.h>
 #include <llvm/Support/Error.h>
@@ -39,7 +40,7 @@ struct Runtime::Impl {
   explicit Impl(RuntimeOptions options);
   ~Impl();
 
-  /// An unparseable arch override is reported at the first device use.
+  /// A malformed environment or an unparseable arch override, reported at the first device use.
   llvm::Error check_options() const;
   /// The device's state, created (driver loaded, primary context retained) on first use.
   llvm::Expected<DeviceState*> device(int device_id);
@@ -65,6 +66,7 @@ struct Runtime::Impl {
   RuntimeOptions options;
   std::optional<Target> forced_target;
   KernelCache cache;
+  std::unique_ptr<SpecRecorder> recorder;  // EXACTJIT_RECORD_MANIFEST
   const Driver* driver = nullptr;  // set under devices_mutex before any device is published
   std::unique_ptr<ModuleTable> modules;
   std::mutex devices_mutex;

@@ -1,5 +1,6 @@
 // exactjit cache: list, summarise, verify, prune and clear the cache layers.
 #include "cli/commands.hpp"
+#include "cli/json_output.hpp"
 #include "cli/options.hpp"
 
 #include "runtime/disk_cache.hpp"
@@ -34,6 +35,20 @@ std::string rebuild_problem(const std::string& directory, const Nvrtc& nvrtc) {
   return "";
 }
 
+llvm::json::Object entry_json(const EntryStatus& e, bool verify) {
+  llvm::json::Object entry{{"directory", e.directory},
+                           {"spec", e.spec},
+                           {"compiler_tag", e.compiler_tag},
+                           {"bytes", static_cast<int64_t>(e.bytes)},
+                           {"layer", e.read_only ? "read-only" : "writable"}};
+  if (verify) {
+    entry["ok"] = e.problem.empty();
+    if (!e.problem.empty()) entry["problem"] = e.problem;
+    if (!e.image_sha256.empty()) entry["image_sha256"] = e.image_sha256;
+  }
+  return entry;
+}
+
 }  // namespace
 
 int run_cache() {
@@ -55,19 +70,34 @@ int run_cache() {
     size_t bad = 0;
     for (EntryStatus& e : entries) {
       if (nvrtc && e.problem.empty()) e.problem = rebuild_problem(e.directory, *nvrtc);
+      bad += e.problem.empty() ? 0 : 1;
+    }
+    const int exit_code = verify && bad ? kExitFailed : kExitOk;
+    if (json_flag) {
+      llvm::json::Array listed;
+      for (const EntryStatus& e : entries) listed.push_back(entry_json(e, verify));
+      llvm::json::Object fields{{"entries", std::move(listed)}};
+      if (verify) {
+        fields["rebuild"] = nvrtc != nullptr;
+        fields["counts"] = llvm::json::Object{{"entries", static_cast<int64_t>(entries.size())},
+                                              {"bad", static_cast<int64_t>(bad)}};
+      }
+      return print_json(exit_code, std::move(fields));
+    }
+    for (const EntryStatus& e : entries) {
       const bool ok = e.problem.empty();
-      bad += ok ? 0 : 1;
       fmt::print("{}{:>8} {} {}  {}\n", verify ? (ok ? "ok   " : "BAD  ") : "", e.bytes, e.read_only ? "ro" : "rw",
                  e.spec, e.directory);
       if (!ok) fmt::print("       {}\n", e.problem);
     }
-    if (verify) {
-      fmt::print("verify{}: {} entries, {} bad\n", nvrtc ? " --rebuild" : "", entries.size(), bad);
-      return bad ? kExitFailed : kExitOk;
-    }
-    return kExitOk;
+    if (verify) fmt::print("verify{}: {} entries, {} bad\n", nvrtc ? " --rebuild" : "", entries.size(), bad);
+    return exit_code;
   }
   if (action == "index") {
+    if (json_flag) {
+      fmt::print(stderr, "exactjit: error: cache index writes an index file, not JSON (drop --json)\n");
+      return kExitUsage;
+    }
     // Pins the writable layer as it stands, the one a deployment is about to ship: every entry,
     // verified, with its image's SHA-256 (runtime/layer_index.hpp). Run with EXACTJIT_CACHE_INDEX.
     std::vector<std::pair<std::string, std::string>> listed;
@@ -112,6 +142,18 @@ int run_cache() {
       (e.read_only ? ro_bytes : rw_bytes) += e.bytes;
       ++(e.read_only ? ro : rw);
     }
+    if (json_flag) {
+      llvm::json::Array read_only(cache.config().read_only_dirs);
+      return print_json(
+          kExitOk,
+          llvm::json::Object{{"writable", llvm::json::Object{{"directory", path_or_null(cache.config().writable_dir)},
+                                           {"entries", static_cast<int64_t>(rw)},
+                                           {"bytes", static_cast<int64_t>(rw_bytes)}}},
+           {"read_only", llvm::json::Object{{"directories", std::move(read_only)},
+                                            {"entries", static_cast<int64_t>(ro)},
+                                            {"bytes", static_cast<int64_t>(ro_bytes)}}},
+           {"offline", cache.config().offline}});
+    }
     fmt::print("writable:  {} ({} entries, {} bytes)\n", cache.config().writable_dir.empty() ? "(none)" : cache.config().writable_dir, rw, rw_bytes);
     for (const std::string& dir : cache.config().read_only_dirs) fmt::print("read-only: {}\n", dir);
     fmt::print("read-only entries: {} ({} bytes)\noffline: {}\n", ro, ro_bytes, cache.config().offline ? "yes" : "no");
@@ -120,12 +162,18 @@ int run_cache() {
   if (action == "prune") {
     auto result = cache.prune(policy_flag);
     if (!result) return report_error(result.takeError());
+    if (json_flag)
+      return print_json(kExitOk, llvm::json::Object{{"policy", policy_flag.getValue()},
+                                  {"removed_entries", static_cast<int64_t>(result->removed_entries)},
+                                  {"freed_bytes", static_cast<int64_t>(result->freed_bytes)},
+                                  {"remaining_bytes", static_cast<int64_t>(result->remaining_bytes)}});
     fmt::print("prune: removed {} entries ({} bytes); {} bytes remain\n", result->removed_entries, result->freed_bytes,
                result->remaining_bytes);
     return kExitOk;
   }
   if (action == "clear") {
     if (auto err = cache.clear()) return report_error(std::move(err));
+    if (json_flag) return print_json(kExitOk, llvm::json::Object{{"removed", cache.config().writable_dir + "/" + kCacheFormatDir}});
     fmt::print("clear: removed {}/{}\n", cache.config().writable_dir, kCacheFormatDir);
     return kExitOk;
   }

@@ -14,17 +14,20 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailed = 1;  ///< the command ran and something failed (or no GPU)
 inline constexpr int kExitUsage = 2;   ///< bad flags or arguments
 
-/// The environment's cache configuration, with --cache-dir applied.
+/// The environment's cache configuration, with --cache-dir applied (main() has refused a
+/// malformed environment before any command runs).
 CacheConfig cache_config();
 
-/// The target of --arch; without it the first GPU's architecture, or sm_90 without a GPU.
-llvm::Expected<Target> target_from_flags();
+/// The targets of --arch (a comma-separated list, each once); without it the first GPU's
+/// architecture, or sm_90 without a GPU.
+llvm::Expected<std::vector<Target>> targets_from_flags();
 
-/// The specs the spec flags (or --manifest, or nothing: the default catalog) describe.
-/// With `single`, exactly one spec (inspect). Errors are usage errors.
+/// The specs the spec flags (or --manifest, or nothing: the default catalog) describe, for every
+/// target of --arch. With `single`, exactly one spec (inspect). Errors are usage errors.
 llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single);
 
-/// Prints an error; returns kExitUsage for invalid arguments, else kExitFailed.
+/// Prints an error (with --json also as the command's JSON object); returns kExitUsage for
+/// invalid arguments, else kExitFailed.
 int report_error(llvm::Error error);
 
 int run_prewarm();

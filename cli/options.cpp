@@ -1,8 +1,19 @@
 // exactjit command line flags (see options.hpp).
 #include "cli/options.hpp"
 
+#include "kernels/op_families.hpp"
+
 namespace exactjit::cli {
 namespace cl = llvm::cl;
+
+namespace {
+
+const std::string& op_flag_description() {
+  static const std::string text = "Op: " + op_names();
+  return text;
+}
+
+}  // namespace
 
 cl::OptionCategory category("exactjit options");
 cl::SubCommand prewarm_command("prewarm",
@@ -14,7 +25,7 @@ cl::SubCommand selftest_command("selftest", "Run every catalog op on the GPU aga
 cl::SubCommand bench_command("bench", "Benchmark every op against eager and torch.compile on this GPU: reports and plots");
 
 #define XJ_SPEC_SUBS cl::sub(prewarm_command), cl::sub(inspect_command)
-cl::opt<std::string> op_flag("op", cl::desc("Op: gate_residual | adaln_row_gather | rms_norm | timestep_sinusoid | det_linear, or one of their backward kernels (gate_residual_backward, det_linear_input_grad, ...)"), cl::value_desc("name"), XJ_SPEC_SUBS,
+cl::opt<std::string> op_flag("op", cl::desc(op_flag_description()), cl::value_desc("name"), XJ_SPEC_SUBS,
                              cl::cat(category));
 cl::opt<long long> hidden_flag("hidden", cl::desc("Hidden size H (default 5376)"), cl::value_desc("H"),
                                cl::init(0), XJ_SPEC_SUBS, cl::cat(category));
@@ -23,8 +34,10 @@ cl::opt<std::string> dtype_flag("dtype", cl::desc("bf16 | fp16 | fp32 (prewarm d
 cl::opt<long long> table_stride_flag("table-stride",
                                      cl::desc("Row stride of the table view in elements (default 6H)"),
                                      cl::value_desc("N"), cl::init(0), XJ_SPEC_SUBS, cl::cat(category));
-cl::opt<std::string> arch_flag("arch", cl::desc("Target: sm_90, compute_90, 90 (default: the GPU's, else sm_90)"),
-                               cl::value_desc("arch"), XJ_SPEC_SUBS, cl::cat(category));
+cl::opt<std::string> arch_flag("arch",
+                               cl::desc("Target: sm_90, compute_90, 90; prewarm: a comma-separated list, each built "
+                                        "(default: the GPU's, else sm_90)"),
+                               cl::value_desc("arch[,arch...]"), XJ_SPEC_SUBS, cl::cat(category));
 cl::opt<std::string> index_type_flag("index-type", cl::desc("inspect: int64 | int32 (default int64)"),
                                      cl::value_desc("type"), cl::init("int64"), cl::sub(inspect_command),
                                      cl::cat(category));
@@ -46,10 +59,15 @@ cl::opt<std::string> activation_flag("activation", cl::desc("det_linear: none | 
 #undef XJ_SPEC_SUBS
 
 cl::opt<std::string> manifest_flag("manifest",
-                                   cl::desc("JSON file listing specs: [{\"op\":..,\"hidden\":..,\"dtype\":..,"
-                                            "\"table_stride\":..,\"arch\":..}, ...]; op and its sizes (hidden, "
-                                            "channels, in_features/out_features) are required"),
+                                   cl::desc("A spec list recorded by EXACTJIT_RECORD_MANIFEST, or a JSON file listing "
+                                            "specs: [{\"op\":..,\"hidden\":..,\"dtype\":..,\"table_stride\":..,"
+                                            "\"arch\":..}, ...]; op and its sizes (hidden, channels, "
+                                            "in_features/out_features) are required"),
                                    cl::value_desc("file"), cl::sub(prewarm_command), cl::cat(category));
+cl::opt<bool> check_flag("check",
+                         cl::desc("Compile nothing: list every kernel the cache layers lack; exit 1 if any "
+                                  "(what plain prewarm does under EXACTJIT_OFFLINE)"),
+                         cl::sub(prewarm_command), cl::cat(category));
 cl::opt<unsigned> jobs_flag("j", cl::desc("Parallel compiles (default: number of cores)"), cl::value_desc("N"),
                             cl::init(0), cl::sub(prewarm_command), cl::cat(category));
 cl::opt<bool> quiet_flag("quiet", cl::desc("Only print the summary"), cl::sub(prewarm_command), cl::cat(category));
@@ -79,6 +97,9 @@ cl::opt<std::string> bench_sizes_flag("sizes", cl::desc("bench: comma-separated 
                                       cl::value_desc("S,..."), cl::sub(bench_command), cl::cat(category));
 cl::opt<int> device_flag("device", cl::desc("CUDA device ordinal (default 0)"), cl::init(0),
                          cl::sub(selftest_command), cl::cat(category));
+
+cl::opt<bool> json_flag("json", cl::desc("Print one JSON object on standard output (docs/cli-json.md)"),
+                        cl::sub(prewarm_command), cl::sub(cache_command), cl::sub(info_command), cl::cat(category));
 
 cl::opt<std::string> cache_dir_flag("cache-dir", cl::desc("Writable cache directory (default: EXACTJIT_CACHE_DIR)"),
                                     cl::value_desc("dir"), cl::sub(prewarm_command), cl::sub(inspect_command),

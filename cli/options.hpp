@@ -38,6 +38,7 @@ extern llvm::cl::opt<long long> channels_flag;      // timestep_sinusoid
 extern llvm::cl::opt<std::string> manifest_flag;
 extern llvm::cl::opt<unsigned> jobs_flag;
 extern llvm::cl::opt<bool> quiet_flag;
+extern llvm::cl::opt<bool> check_flag;
 
 // inspect
 extern llvm::cl::opt<std::string> emit_flag;
@@ -50,6 +51,9 @@ extern llvm::cl::opt<std::string> index_out_flag;
 
 // selftest
 extern llvm::cl::opt<int> device_flag;
+
+// info, prewarm, cache
+extern llvm::cl::opt<bool> json_flag;
 
 // all subcommands
 extern llvm::cl::opt<std::string> cache_dir_flag;

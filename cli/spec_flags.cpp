@@ -1,14 +1,17 @@
-// exactjit command line: spec flags, --manifest and the default target.
+// exactjit command line: spec flags, --manifest (a spec list or a JSON array) and the targets.
 #include "cli/commands.hpp"
+#include "cli/json_output.hpp"
 #include "cli/options.hpp"
 
 #include "kernels/catalog.hpp"
 #include "kernels/det_linear.hpp"
 #include "kernels/det_linear_backward.hpp"
+#include "kernels/op_families.hpp"
 #include "kernels/spec_limits.hpp"
 #include "runtime/bounded_input.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/spec_list.hpp"
 
 #include <fmt/format.h>
 #include <llvm/Support/JSON.h>
@@ -54,8 +57,7 @@ llvm::Expected<int64_t> size_or_default(const FamilyRequest& request, std::strin
 llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, const Target& fallback) {
   const std::optional<Op> op = parse_op(request.op);
   if (!op)
-    return usage(fmt::format("unknown op '{}' (known: gate_residual, adaln_row_gather, rms_norm, timestep_sinusoid, "
-                             "det_linear, and their *_backward)", request.op));
+    return usage(fmt::format("unknown op '{}' (known: {})", request.op, op_names()));
   Target target = fallback;
   if (!request.arch.empty()) {
     const std::optional<Target> parsed = parse_target(request.arch);
@@ -135,10 +137,8 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
   return specs;
 }
 
-llvm::Expected<std::vector<FamilyRequest>> read_manifest(const std::string& file) {
-  auto text = read_bounded_file(file, kMaxManifestBytes);
-  if (!text) return usage(fmt::format("cannot read manifest: {}", take_error(text.takeError()).message));
-  auto parsed = parse_bounded_json(*text, "manifest " + file);
+llvm::Expected<std::vector<FamilyRequest>> read_json_manifest(const std::string& text, const std::string& file) {
+  auto parsed = parse_bounded_json(text, "manifest " + file);
   if (!parsed) return usage(take_error(parsed.takeError()).message);
   const llvm::json::Array* list = parsed->getAsArray();
   if (!list) return usage(fmt::format("manifest {} must be a JSON array of spec objects", file));
@@ -179,19 +179,45 @@ llvm::Expected<std::vector<FamilyRequest>> read_manifest(const std::string& file
   return requests;
 }
 
+// A recorded spec list names where each kernel ran; `targets`, when given (--arch), where they
+// will run instead. Each spec is checked as one from flags would be.
+llvm::Expected<std::vector<KernelSpec>> specs_from_spec_list(const std::string& text, const std::string& file,
+                                                             const std::vector<Target>* targets) {
+  auto recorded = parse_spec_list(text, "manifest " + file);
+  if (!recorded) return recorded.takeError();
+  std::vector<KernelSpec> specs;
+  for (KernelSpec spec : *recorded) {
+    for (const Target& target : targets ? *targets : std::vector<Target>{spec.target}) {
+      spec.target = target;
+      if (auto err = validate_spec(spec))
+        return usage(fmt::format("manifest {}: {}", file, llvm::toString(std::move(err))));
+      specs.push_back(spec);
+    }
+  }
+  return specs;
+}
+
 }  // namespace
 
 CacheConfig cache_config() {
-  CacheConfig config = cache_config_from_environment();
+  CacheConfig config = llvm::cantFail(cache_config_from_environment());
   if (!cache_dir_flag.empty()) config.writable_dir = cache_dir_flag;
   return config;
 }
 
-llvm::Expected<Target> target_from_flags() {
+llvm::Expected<std::vector<Target>> targets_from_flags() {
   if (!arch_flag.empty()) {
-    const std::optional<Target> target = parse_target(arch_flag);
-    if (!target) return usage(fmt::format("bad --arch '{}' (expected sm_90, compute_90 or 90)", arch_flag));
-    return *target;
+    llvm::SmallVector<llvm::StringRef, 4> names;
+    llvm::StringRef(arch_flag).split(names, ',');
+    std::vector<Target> targets;
+    for (llvm::StringRef name : names) {
+      const std::optional<Target> target = parse_target(std::string_view(name.data(), name.size()));
+      if (!target)
+        return usage(fmt::format("bad --arch '{}' (expected sm_90, compute_90 or 90, or a comma-separated list of "
+                                 "them)", name.str()));
+      if (!llvm::is_contained(targets, *target)) targets.push_back(*target);
+    }
+    return targets;
   }
   if (Driver::available()) {
     const Driver* driver = *Driver::get();
@@ -200,37 +226,54 @@ llvm::Expected<Target> target_from_flags() {
     if (driver->cuDeviceGet(&device, 0) == CUDA_SUCCESS &&
         driver->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device) == CUDA_SUCCESS &&
         driver->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device) == CUDA_SUCCESS)
-      return Target{major * 10 + minor, false};
+      return std::vector<Target>{Target{major * 10 + minor, false}};
   }
-  return Target{90, false};
+  return std::vector<Target>{Target{90, false}};
 }
 
 llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
-  auto target = target_from_flags();
-  if (!target) return target.takeError();
+  auto targets = targets_from_flags();
+  if (!targets) return targets.takeError();
+  if (single && targets->size() > 1) return usage("inspect shows one kernel: give --arch one target");
   if (hidden_flag < 0 || table_stride_flag < 0 || channels_flag < 0 || in_features_flag < 0 || out_features_flag < 0)
     return usage("--hidden, --table-stride, --channels, --in-features and --out-features must be positive");
 
+  std::vector<KernelSpec> specs;
+  std::unordered_set<KernelSpec, KernelSpecHash> seen;  // a spec listed twice is built once
+  auto add = [&](const std::vector<KernelSpec>& more) {
+    for (const KernelSpec& spec : more)
+      if (seen.insert(spec).second) specs.push_back(spec);
+  };
   if (!manifest_flag.empty()) {
     if (single) return usage("--manifest is for prewarm");
-    auto requests = read_manifest(manifest_flag);
+    auto text = read_bounded_file(manifest_flag, kMaxManifestBytes);
+    if (!text) return usage(fmt::format("cannot read manifest: {}", take_error(text.takeError()).message));
+    if (is_spec_list(*text)) {
+      auto recorded = specs_from_spec_list(*text, manifest_flag, arch_flag.empty() ? nullptr : &*targets);
+      if (!recorded) return recorded.takeError();
+      add(*recorded);
+      return specs;
+    }
+    auto requests = read_json_manifest(*text, manifest_flag);
     if (!requests) return requests.takeError();
-    std::vector<KernelSpec> specs;
-    std::unordered_set<KernelSpec, KernelSpecHash> seen;  // a spec listed twice is built once
     for (const FamilyRequest& request : *requests) {
-      auto family = expand(request, *target);
-      if (!family) {
-        ErrorReport report = take_error(family.takeError());
-        return make_error(report.code, request.where + ": " + report.message);
+      for (const Target& target : *targets) {  // an element's "arch" wins over --arch
+        auto family = expand(request, target);
+        if (!family) {
+          ErrorReport report = take_error(family.takeError());
+          return make_error(report.code, request.where + ": " + report.message);
+        }
+        add(*family);
       }
-      for (const KernelSpec& spec : *family)
-        if (seen.insert(spec).second) specs.push_back(spec);
     }
     return specs;
   }
   const bool any_spec_flag = !op_flag.empty() || hidden_flag || !dtype_flag.empty() || table_stride_flag ||
                              channels_flag || in_features_flag || out_features_flag || !activation_flag.empty();
-  if (!single && !any_spec_flag) return default_catalog(*target);
+  if (!single && !any_spec_flag) {
+    for (const Target& target : *targets) add(default_catalog(target));
+    return specs;
+  }
 
   FamilyRequest request;
   if (!op_flag.empty()) request.op = op_flag;
@@ -243,9 +286,16 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
   request.activation = activation_flag;
   if (single && request.dtype.empty() && request.op != "timestep_sinusoid") request.dtype = "bf16";
   if (single && request.activation.empty() && request.op == "det_linear") request.activation = "silu";
-  auto family = expand(request, *target);
+  if (!single) {
+    for (const Target& target : *targets) {
+      auto family = expand(request, target);
+      if (!family) return family.takeError();
+      add(*family);
+    }
+    return specs;
+  }
+  auto family = expand(request, targets->front());
   if (!family) return family.takeError();
-  if (!single) return family;
 
   const std::optional<IndexType> index = parse_index_type(index_type_flag);
   if (!index) return usage(fmt::format("bad --index-type '{}' (int64 or int32)", index_type_flag.getValue()));
@@ -267,7 +317,9 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
 int report_error(llvm::Error error) {
   ErrorReport report = take_error(std::move(error));
   fmt::print(stderr, "exactjit: error: {}\n", report.message);
-  return report.code == ErrorCode::InvalidArgument ? kExitUsage : kExitFailed;
+  const int code = report.code == ErrorCode::InvalidArgument ? kExitUsage : kExitFailed;
+  if (json_flag) print_json(code, llvm::json::Object{{"error", report.message}});
+  return code;
 }
 
 }  // namespace exactjit::cli

@@ -1,6 +1,7 @@
 // exactjit CUDA driver (see driver.hpp).
 #include "runtime/driver.hpp"
 
+#include "runtime/environment.hpp"
 #include "runtime/errors.hpp"
 
 #include <dlfcn.h>
@@ -21,8 +22,8 @@ using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriv
 constexpr int kApiVersion = 13000;
 
 void load() {
-  const char* forced = std::getenv("EXACTJIT_CUDA_LIBRARY");
-  const char* name = forced && *forced ? forced : "libcuda.so.1";
+  const std::string forced = environment_text("EXACTJIT_CUDA_LIBRARY");
+  const char* name = forced.empty() ? "libcuda.so.1" : forced.c_str();
   void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     g_load_error = fmt::format("no CUDA driver: cannot load {} ({})", name, dlerror());

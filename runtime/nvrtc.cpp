@@ -3,6 +3,7 @@
 #include "runtime/nvrtc.hpp"
 
 #include "codegen/digest.hpp"
+#include "runtime/environment.hpp"
 #include "runtime/errors.hpp"
 
 #include <dlfcn.h>
@@ -38,7 +39,7 @@ std::string g_load_error;
 
 std::vector<std::string> candidate_libraries() {
   std::vector<std::string> names;
-  if (const char* forced = std::getenv("EXACTJIT_NVRTC_LIBRARY"); forced && *forced) {
+  if (std::string forced = environment_text("EXACTJIT_NVRTC_LIBRARY"); !forced.empty()) {
     names.push_back(forced);
     return names;  // an explicit choice is not second-guessed
   }

@@ -43,7 +43,9 @@ XJ_API const char* xj_version(void);
 /* The message of the last failed call on this thread ("" if none). */
 XJ_API const char* xj_last_error(void);
 
-/* options may be NULL: everything from the environment. */
+/* options may be NULL: everything from the environment. A malformed environment variable
+ * (EXACTJIT_OFFLINE=maybe: booleans are 1/0, true/false, yes/no, on/off) fails with
+ * XJ_ERROR_INVALID_ARGUMENT naming it. */
 XJ_API exactjit_status_t xj_runtime_create(const xj_runtime_options* options, xj_runtime** runtime);
 XJ_API void xj_runtime_destroy(xj_runtime* runtime);
 

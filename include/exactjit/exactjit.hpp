@@ -39,9 +39,14 @@ struct RuntimeOptions {
   bool offline = false;                     ///< never compile: a miss is an error
   std::string arch;                         ///< "" = the device's; else "sm_90" or "compute_90"
   bool check_after_launch = false;          ///< synchronize and check device errors after each op
+  std::string record_manifest;              ///< append every spec used to this spec list; "" = none
+  /// Set by from_environment() when a variable is malformed (EXACTJIT_OFFLINE=maybe): names it and
+  /// the accepted values. A Runtime made from such options fails every call with it
+  /// (InvalidArgument); xj_runtime_create refuses to create one.
+  std::string environment_error;
 
   /// EXACTJIT_CACHE_DIR, EXACTJIT_CACHE_PATH, EXACTJIT_OFFLINE, EXACTJIT_ARCH,
-  /// EXACTJIT_CHECK_AFTER_LAUNCH (see README.md).
+  /// EXACTJIT_CHECK_AFTER_LAUNCH, EXACTJIT_RECORD_MANIFEST (see README.md).
   static RuntimeOptions from_environment();
 };
 

@@ -6,8 +6,8 @@ operators' Python implementations over ctypes (_ops.py) remain the path for buil
 and for tensors on other devices. Both give the same tensors and the same errors.
 
 Where it is looked for: $EXACTJIT_TORCH_EXTENSION, a full path (an error if it does not load), or
-0 / off / false to keep the ctypes path; else libexactjit_torch.so next to the libexactjit.so this
-process loaded. It is built for torch's 2.10 stable ABI, so an older torch keeps the ctypes path.
+a boolean (_environment.py: 0 / off / false / no keep the ctypes path); else libexactjit_torch.so
+next to the libexactjit.so this process loaded. It is built for torch's 2.10 stable ABI, so an older torch keeps the ctypes path.
 
 A kernel's failure reaches Python as RuntimeError("exactjit status <code>: <message>");
 `translated` turns it into the exactjit.Error subclass of <code>, as the ctypes path raises.
@@ -16,12 +16,11 @@ import ctypes
 import os
 import re
 
-from . import _lib
+from . import _environment, _lib
 from ._errors import error_for
 
 ENV = "EXACTJIT_TORCH_EXTENSION"
 NAME = "libexactjit_torch.so"
-_OFF = ("0", "off", "false", "no")
 _MIN_TORCH = (2, 10)
 _STATUS = re.compile(r"exactjit status (\d+): ")
 
@@ -40,12 +39,12 @@ def load(torch, runtime_handle):
     global path, reason
     if path is not None:
         return path
-    override = os.environ.get(ENV, "")
-    if override.lower() in _OFF:
-        reason = f"{ENV}={override}"
+    choice = _environment.boolean_or_path(ENV)
+    if choice is False:
+        reason = f"{ENV}={os.environ[ENV]}"
         return None
-    if override:
-        candidate = override
+    if isinstance(choice, str):
+        candidate = choice
     else:
         candidate = os.path.join(os.path.dirname(_lib.library_path), NAME)
         if not os.path.isfile(candidate):

@@ -57,7 +57,8 @@ const char* const kOps[] = {"gate_residual",
                             "nope",
                             ""};
 const char* const kDtypes[] = {"bf16", "fp16", "fp32", "fp8", ""};
-const char* const kArchs[] = {"sm_90", "compute_80", "90", "sm_", "sm_99999999999", "compute_-1", ""};
+const char* const kArchs[] = {"sm_90", "compute_80", "90", "sm_", "sm_99999999999", "compute_-1", "",
+                              "sm_80,sm_90", "sm_90,", ","};
 const char* const kEmits[] = {"source", "options", "key", "ptx", "sass", "manifest", "binary", ""};
 const char* const kPolicies[] = {"cache_size_bytes=10g",
                                  "prune_after=1s",
@@ -104,6 +105,8 @@ std::vector<std::string> random_args(std::mt19937_64& rng, const std::string& sc
       args.emplace_back(any(kNumbers, rng));
   }
   if (rng() % 8 == 0) args.emplace_back("--rebuild");
+  if (rng() % 6 == 0) args.emplace_back("--check");
+  if (rng() % 4 == 0) args.emplace_back("--json");
   return args;
 }
 

@@ -1,10 +1,13 @@
 // The exactjit command: every subcommand, its output, its exit codes (0 ok, 1 failed, 2 usage).
 #include "support/test_support.hpp"
 #include "kernels/catalog.hpp"
+#include "kernels/op_families.hpp"
+#include "runtime/environment.hpp"
 
 #include <fmt/format.h>
 
 #include <llvm/Support/FileSystem.h>
+#include <llvm/Support/JSON.h>
 #include <llvm/Support/Path.h>
 
 #include <algorithm>
@@ -22,6 +25,25 @@ struct Cli {
     return test::run_command(EXACTJIT_CLI, args, e);
   }
 };
+
+/// The JSON object a --json run printed, after checking the envelope every command shares:
+/// format, command and the exit code the process returned.
+llvm::json::Object json_of(const test::CommandResult& result, const std::string& command) {
+  auto parsed = llvm::json::parse(result.out);
+  if (!parsed) {
+    ADD_FAILURE() << llvm::toString(parsed.takeError()) << "\n" << result.out;
+    return {};
+  }
+  llvm::json::Object* object = parsed->getAsObject();
+  if (!object) {
+    ADD_FAILURE() << "not an object: " << result.out;
+    return {};
+  }
+  EXPECT_EQ(object->getString("format"), llvm::Optional<llvm::StringRef>("exactjit-cli-1"));
+  EXPECT_EQ(object->getString("command"), llvm::Optional<llvm::StringRef>(command));
+  EXPECT_EQ(object->getInteger("exit_code"), llvm::Optional<int64_t>(result.exit_code));
+  return std::move(*object);
+}
 
 TEST(Cli, HelpAndUsageErrors) {
   Cli cli;
@@ -165,11 +187,94 @@ TEST(Cli, PrewarmThatStoresNothingFails) {
   EXPECT_NE(result.err.find("could not cache"), std::string::npos) << result.err;
 }
 
-TEST(Cli, PrewarmOfflineIsAUsageError) {
+// prewarm --check, and plain prewarm under EXACTJIT_OFFLINE: nothing compiles (NVRTC points at
+// nothing, so a compile would fail, not miss), every missing kernel is named, exit 1; once the
+// layers hold them all, exit 0 (also from a shipped layer, read-only).
+TEST(Cli, PrewarmCheckNamesEveryMissingKernelAndCompilesNothing) {
   Cli cli;
-  const auto result = cli.run({"prewarm"}, {"EXACTJIT_OFFLINE=1"});
-  EXPECT_EQ(result.exit_code, 2);
-  EXPECT_NE(result.err.find("EXACTJIT_OFFLINE"), std::string::npos);
+  const std::vector<std::string> family = {"prewarm", "--op", "gate_residual", "--hidden", "64", "--dtype", "bf16",
+                                           "--table-stride", "128", "--arch", "sm_90"};
+  const std::vector<std::string> no_nvrtc = {"EXACTJIT_NVRTC_LIBRARY=/nonexistent/libnvrtc.so"};
+  auto with = [&](std::vector<std::string> args, const std::vector<std::string>& more) {
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  for (const auto& [args, env] : {std::pair{with(family, {"--check"}), no_nvrtc},
+                                  std::pair{family, with(no_nvrtc, {"EXACTJIT_OFFLINE=1"})}}) {
+    const auto missing = cli.run(args, env);
+    EXPECT_EQ(missing.exit_code, 1) << missing.err;
+    EXPECT_EQ(std::count(missing.out.begin(), missing.out.end(), '\n'), 5) << missing.out;  // 4 named + summary
+    EXPECT_NE(missing.out.find("missing gate_residual dtype=bf16 hidden=64 table_stride=128 vec=8 index=int32 "
+                               "target=sm_90\n"),
+              std::string::npos)
+        << missing.out;
+    EXPECT_NE(missing.out.find("check: 4 kernels: 0 present, 4 missing, 0 failed"), std::string::npos) << missing.out;
+    EXPECT_TRUE(cli.run({"cache", "ls"}).out.empty());  // nothing was compiled
+  }
+  ASSERT_EQ(cli.run(with(family, {"--quiet"})).exit_code, 0);
+  const auto present = cli.run(with(family, {"--check"}), no_nvrtc);
+  EXPECT_EQ(present.exit_code, 0) << present.out << present.err;
+  EXPECT_NE(present.out.find("check: 4 kernels: 4 present, 0 missing"), std::string::npos) << present.out;
+  const auto shipped = test::run_command(
+      EXACTJIT_CLI, family, {"EXACTJIT_CACHE_DIR=", "EXACTJIT_CACHE_PATH=" + cli.cache.path(), "EXACTJIT_OFFLINE=on"});
+  EXPECT_EQ(shipped.exit_code, 0) << shipped.out << shipped.err;
+  EXPECT_NE(shipped.out.find("4 present, 0 missing"), std::string::npos) << shipped.out;
+  // One more target in the list: its kernels are the missing ones.
+  const auto two = cli.run({"prewarm", "--op", "gate_residual", "--hidden", "64", "--dtype", "bf16",
+                            "--table-stride", "128", "--arch", "sm_90,sm_80", "--check"});
+  EXPECT_EQ(two.exit_code, 1);
+  EXPECT_NE(two.out.find("check: 8 kernels: 4 present, 4 missing"), std::string::npos) << two.out;
+  EXPECT_EQ(two.out.find("target=sm_90\n"), std::string::npos) << two.out;
+}
+
+// --arch takes a list: each target is built, each once; a bad element is named; inspect takes one.
+TEST(Cli, ArchListBuildsEveryTarget) {
+  Cli cli;
+  const auto built = cli.run({"prewarm", "--op", "gate_residual", "--hidden", "64", "--dtype", "bf16",
+                              "--table-stride", "128", "--arch", "sm_80,sm_90,90", "--quiet"});
+  EXPECT_EQ(built.exit_code, 0) << built.err;
+  EXPECT_NE(built.out.find("8 kernels: 8 compiled"), std::string::npos) << built.out;
+  const auto ls = cli.run({"cache", "ls"}).out;
+  EXPECT_EQ(std::count(ls.begin(), ls.end(), '\n'), 8) << ls;
+  EXPECT_NE(ls.find("target=sm_80"), std::string::npos);
+  EXPECT_NE(ls.find("target=sm_90"), std::string::npos);
+  const auto bad = cli.run({"prewarm", "--arch", "sm_90,banana"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("bad --arch 'banana'"), std::string::npos) << bad.err;
+  const auto inspect = cli.run({"inspect", "--op", "rms_norm", "--arch", "sm_80,sm_90"});
+  EXPECT_EQ(inspect.exit_code, 2);
+  EXPECT_NE(inspect.err.find("give --arch one target"), std::string::npos) << inspect.err;
+}
+
+// A spec list (what EXACTJIT_RECORD_MANIFEST writes) is a prewarm manifest: exactly its specs are
+// built, checked, and with --arch rebuilt for other targets; a bad line is named.
+TEST(Cli, PrewarmTakesARecordedSpecList) {
+  Cli cli;
+  const std::vector<KernelSpec> family =
+      spec_family(Op::GateResidual, DType::BF16, 64, 128, Target{90, false});
+  const std::string list = cli.cache / "used.specs";
+  test::write_text(list, fmt::format("exactjit-spec-list-1\n{0}\n{1}\n{0}\n", family[0].describe(),
+                                     family[2].describe()));
+  const auto before = cli.run({"prewarm", "--manifest", list, "--check"});
+  EXPECT_EQ(before.exit_code, 1);
+  EXPECT_NE(before.out.find("check: 2 kernels: 0 present, 2 missing"), std::string::npos) << before.out;
+  const auto built = cli.run({"prewarm", "--manifest", list, "--quiet"});
+  EXPECT_EQ(built.exit_code, 0) << built.err;
+  EXPECT_NE(built.out.find("2 kernels: 2 compiled"), std::string::npos) << built.out;
+  EXPECT_EQ(cli.run({"prewarm", "--manifest", list, "--check"}).exit_code, 0);
+  const auto retargeted = cli.run({"prewarm", "--manifest", list, "--arch", "sm_80,sm_90", "--quiet"});
+  EXPECT_NE(retargeted.out.find("4 kernels: 2 compiled, 2 cached"), std::string::npos) << retargeted.out;
+
+  test::write_text(list, fmt::format("exactjit-spec-list-1\n{}\ngate_residual hidden=64\n", family[0].describe()));
+  const auto bad = cli.run({"prewarm", "--manifest", list});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("manifest " + list + ": line 3 is not a kernel spec exactjit writes"), std::string::npos)
+      << bad.err;
+  test::write_text(list, "exactjit-spec-list-1\ngate_residual dtype=bf16 hidden=70000 table_stride=70000 vec=1 "
+                         "index=int64 target=sm_90\n");
+  const auto huge = cli.run({"prewarm", "--manifest", list});
+  EXPECT_EQ(huge.exit_code, 2);
+  EXPECT_NE(huge.err.find("hidden size H must be in [1, 65536] (got 70000)"), std::string::npos) << huge.err;
 }
 
 TEST(Cli, InspectEmitsEveryView) {
@@ -359,6 +464,175 @@ TEST(Cli, CacheSubcommands) {
   const auto clear = cli.run({"cache", "clear"});
   EXPECT_EQ(clear.exit_code, 0);
   EXPECT_NE(clear.out.find("clear: removed"), std::string::npos);
+}
+
+// The top-level help is generated from the op-family and environment tables: every kernel name
+// --op accepts and every variable, with its kind.
+TEST(Cli, HelpListsEveryOpFamilyAndEveryEnvironmentVariable) {
+  Cli cli;
+  const std::string help = cli.run({"--help"}).out;
+  size_t kernels = 0;
+  for (const OpFamily& family : op_families()) {
+    EXPECT_NE(help.find(std::string(family.name)), std::string::npos) << family.name;
+    std::string listed;
+    for (Op op : family.kernels) listed += (listed.empty() ? "[" : " ") + std::string(op_name(op));
+    EXPECT_NE(help.find(listed + "] "), std::string::npos) << listed;
+    kernels += family.kernels.size();
+  }
+  EXPECT_EQ(kernels, static_cast<size_t>(Op::DetLinearInputFold) + 1);  // every Op is in a family
+  for (const EnvironmentVariable& variable : environment_variables()) {
+    const size_t at = help.find(std::string(variable.name) + " ");
+    ASSERT_NE(at, std::string::npos) << variable.name;
+    const std::string line = help.substr(at, help.find('\n', at) - at);
+    EXPECT_NE(line.find(describe_kind(variable)), std::string::npos) << line;
+  }
+  EXPECT_NE(help.find("EXACTJIT_RECORD_MANIFEST"), std::string::npos);
+  EXPECT_NE(help.find("EXACTJIT_CHECK_AFTER_LAUNCH  boolean"), std::string::npos) << help;
+}
+
+// One parser for every boolean variable: the CLI refuses a malformed one with exit 2, naming it
+// and the accepted values, before any command runs; every spelling of off is off.
+TEST(Cli, MalformedEnvironmentVariablesAreUsageErrors) {
+  Cli cli;
+  for (const char* variable : {"EXACTJIT_OFFLINE", "EXACTJIT_CHECK_AFTER_LAUNCH"}) {
+    const auto result = cli.run({"cache", "stat"}, {std::string(variable) + "=maybe"});
+    EXPECT_EQ(result.exit_code, 2) << variable;
+    EXPECT_NE(result.err.find(std::string(variable) + "='maybe' is not valid: use 1/0, true/false, yes/no, on/off"),
+              std::string::npos)
+        << result.err;
+  }
+  for (const char* off : {"0", "false", "No", "OFF"})
+    EXPECT_NE(cli.run({"cache", "stat"}, {std::string("EXACTJIT_OFFLINE=") + off}).out.find("offline: no"),
+              std::string::npos)
+        << off;
+  for (const char* on : {"1", "TRUE", "yes", "on"})
+    EXPECT_NE(cli.run({"cache", "stat"}, {std::string("EXACTJIT_OFFLINE=") + on}).out.find("offline: yes"),
+              std::string::npos)
+        << on;
+  const auto layer = cli.run({"info"}, {"EXACTJIT_CACHE_LAYER_CHECK=loud"});
+  EXPECT_EQ(layer.exit_code, 2);
+  EXPECT_NE(layer.err.find("EXACTJIT_CACHE_LAYER_CHECK='loud' is not valid: use one of warn|refuse|off"),
+            std::string::npos)
+      << layer.err;
+}
+
+// Policy keys prune does not enforce are refused (exit 2, the key named), never silently ignored.
+TEST(Cli, PrunePolicyKeysThatAreNotEnforcedAreRefused) {
+  Cli cli;
+  for (const char* key : {"cache_size", "prune_interval", "max_files"}) {
+    const auto result = cli.run({"cache", "prune", "--policy", std::string(key) + "=1h"});
+    EXPECT_EQ(result.exit_code, 2) << key;
+    EXPECT_NE(result.err.find(fmt::format("key '{}' is not supported", key)), std::string::npos) << result.err;
+  }
+  const auto percent = cli.run({"cache", "prune", "--policy", "prune_after=1h:cache_size=1%", "--json"});
+  EXPECT_EQ(percent.exit_code, 2);
+  const llvm::json::Object json = json_of(percent, "cache prune");
+  EXPECT_NE(json.getString("error").getValueOr("").find("key 'cache_size'"), std::string::npos) << percent.out;
+  EXPECT_EQ(cli.run({"cache", "prune", "--policy", "prune_after=1h:cache_size_bytes=1g:cache_size_files=9"}).exit_code,
+            0);
+}
+
+// --json: one object per run, in the documented schema (docs/cli-json.md), with the exit codes of
+// the text output.
+TEST(Cli, JsonOutputOfEveryCommand) {
+  Cli cli;
+  const auto info = cli.run({"info", "--json"}, {"EXACTJIT_CACHE_PATH=/opt/shipped", "EXACTJIT_OFFLINE=no"});
+  EXPECT_EQ(info.exit_code, 0);
+  llvm::json::Object i = json_of(info, "info");
+  EXPECT_EQ(i.getString("version"), llvm::Optional<llvm::StringRef>(EXACTJIT_VERSION));
+  ASSERT_TRUE(i.getObject("nvrtc") && i.getObject("driver") && i.getObject("cache"));
+  EXPECT_EQ(i.getObject("nvrtc")->getBoolean("available"), llvm::Optional<bool>(true));
+  EXPECT_NE(i.getObject("nvrtc")->getArray("archs"), nullptr);
+  EXPECT_TRUE(i.getObject("driver")->getBoolean("available").hasValue());
+  const llvm::json::Object& cache = *i.getObject("cache");
+  EXPECT_EQ(cache.getString("writable"), llvm::Optional<llvm::StringRef>(cli.cache.path()));
+  EXPECT_EQ((*cache.getArray("read_only"))[0].getAsString(), llvm::Optional<llvm::StringRef>("/opt/shipped"));
+  EXPECT_EQ(cache.getBoolean("offline"), llvm::Optional<bool>(false));
+  EXPECT_EQ(cache.get("pinned_index")->kind(), llvm::json::Value::Null);
+
+  const std::vector<std::string> family = {"prewarm", "--op", "gate_residual", "--hidden", "64", "--dtype", "fp16",
+                                           "--table-stride", "128", "--arch", "sm_90", "--json"};
+  auto check_args = family;
+  check_args.push_back("--check");
+  const auto missing = cli.run(check_args);
+  EXPECT_EQ(missing.exit_code, 1);
+  llvm::json::Object m = json_of(missing, "prewarm");
+  EXPECT_EQ(m.getString("mode"), llvm::Optional<llvm::StringRef>("check"));
+  EXPECT_EQ(m.getObject("counts")->getInteger("missing"), llvm::Optional<int64_t>(4));
+  const llvm::json::Array& missing_kernels = *m.getArray("kernels");
+  ASSERT_EQ(missing_kernels.size(), 4u);
+  const llvm::json::Object& first = *missing_kernels[0].getAsObject();
+  EXPECT_EQ(first.getString("status"), llvm::Optional<llvm::StringRef>("missing"));
+  EXPECT_TRUE(first.getString("spec")->startswith("gate_residual dtype=fp16 hidden=64 table_stride=128"));
+  EXPECT_TRUE(first.getString("prewarm_command")->startswith("exactjit prewarm --op gate_residual --hidden 64"));
+
+  const auto built = cli.run(family);
+  EXPECT_EQ(built.exit_code, 0) << built.err;
+  llvm::json::Object b = json_of(built, "prewarm");
+  EXPECT_EQ(b.getString("mode"), llvm::Optional<llvm::StringRef>("build"));
+  EXPECT_EQ(b.getObject("counts")->getInteger("compiled"), llvm::Optional<int64_t>(4));
+  EXPECT_EQ(b.getObject("counts")->getInteger("total"), llvm::Optional<int64_t>(4));
+  for (const llvm::json::Value& kernel : *b.getArray("kernels")) {
+    EXPECT_EQ(kernel.getAsObject()->getString("status"), llvm::Optional<llvm::StringRef>("compiled"));
+    EXPECT_TRUE(llvm::sys::fs::is_directory(kernel.getAsObject()->getString("directory")->str()));
+  }
+  const auto present = cli.run(check_args);
+  EXPECT_EQ(present.exit_code, 0);
+  EXPECT_EQ(json_of(present, "prewarm").getObject("counts")->getInteger("present"), llvm::Optional<int64_t>(4));
+
+  const auto ls = cli.run({"cache", "ls", "--json"});
+  EXPECT_EQ(ls.exit_code, 0);
+  const llvm::json::Object listed = json_of(ls, "cache ls");
+  const llvm::json::Array& entries = *listed.getArray("entries");
+  ASSERT_EQ(entries.size(), 4u);
+  const llvm::json::Object& entry = *entries[0].getAsObject();
+  EXPECT_EQ(entry.getString("layer"), llvm::Optional<llvm::StringRef>("writable"));
+  EXPECT_GT(entry.getInteger("bytes").getValueOr(0), 0);
+  EXPECT_TRUE(entry.getString("compiler_tag")->startswith("nvrtc-"));
+  EXPECT_EQ(entry.get("ok"), nullptr);  // ls does not verify
+
+  const auto stat = cli.run({"cache", "stat", "--json"});
+  llvm::json::Object st = json_of(stat, "cache stat");
+  EXPECT_EQ(st.getObject("writable")->getInteger("entries"), llvm::Optional<int64_t>(4));
+  EXPECT_EQ(st.getObject("read_only")->getInteger("entries"), llvm::Optional<int64_t>(0));
+  EXPECT_EQ(st.getBoolean("offline"), llvm::Optional<bool>(false));
+
+  test::write_text(entry.getString("directory")->str() + "/kernel.cubin", "not an ELF");
+  const auto verify = cli.run({"cache", "verify", "--json"});
+  EXPECT_EQ(verify.exit_code, 1);
+  llvm::json::Object v = json_of(verify, "cache verify");
+  EXPECT_EQ(v.getObject("counts")->getInteger("bad"), llvm::Optional<int64_t>(1));
+  EXPECT_EQ(v.getBoolean("rebuild"), llvm::Optional<bool>(false));
+  size_t bad = 0;
+  for (const llvm::json::Value& e : *v.getArray("entries")) {
+    const llvm::json::Object& o = *e.getAsObject();
+    if (o.getBoolean("ok") == llvm::Optional<bool>(false)) {
+      ++bad;
+      EXPECT_NE(o.getString("problem")->find("kernel.cubin"), std::string::npos);
+    } else {
+      EXPECT_EQ(o.getString("image_sha256")->size(), 64u);
+    }
+  }
+  EXPECT_EQ(bad, 1u);
+
+  const auto prune = cli.run({"cache", "prune", "--policy", "cache_size_files=1", "--json"});
+  EXPECT_EQ(prune.exit_code, 0);
+  llvm::json::Object p = json_of(prune, "cache prune");
+  EXPECT_EQ(p.getInteger("removed_entries"), llvm::Optional<int64_t>(3));
+  EXPECT_EQ(p.getString("policy"), llvm::Optional<llvm::StringRef>("cache_size_files=1"));
+  EXPECT_GT(p.getInteger("remaining_bytes").getValueOr(0), 0);
+
+  const auto index = cli.run({"cache", "index", "--json"});  // writes the index format, not JSON
+  EXPECT_EQ(index.exit_code, 2);
+  EXPECT_NE(index.err.find("drop --json"), std::string::npos) << index.err;
+  const auto clear = cli.run({"cache", "clear", "--json"});
+  EXPECT_EQ(clear.exit_code, 0);
+  EXPECT_EQ(json_of(clear, "cache clear").getString("removed"),
+            llvm::Optional<llvm::StringRef>(cli.cache / "exactjit-v1"));
+
+  const auto usage = cli.run({"prewarm", "--op", "softmax", "--json"});
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_NE(json_of(usage, "prewarm").getString("error")->find("unknown op 'softmax'"), std::string::npos);
 }
 
 TEST(Cli, InfoNamesCompilerAndCacheDirectories) {

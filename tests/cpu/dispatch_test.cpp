@@ -12,12 +12,14 @@
 #include "runtime/device_errors.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/spec_list.hpp"
 #include "support/fake_cuda.hpp"
 #include "support/fake_tensor.hpp"
 #include "support/test_support.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -25,6 +27,7 @@
 #include <new>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 // Counts this process's heap allocations (libexactjit.so keeps its own allocator: the C++ API's only).
@@ -205,6 +208,102 @@ TEST_F(DispatchTest, ADeviceTheDriverDoesNotHaveIsRefused) {
   const Status status = call.run(runtime);
   EXPECT_EQ(status.code(), XJ_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(status.message(), "CUDA device 1 does not exist (1 device(s) visible)");
+}
+
+// EXACTJIT_RECORD_MANIFEST: threads, each with its own Runtime, launch two kernels (int64 and
+// int32 indices) at once and record into one file: each spec once, a spec list prewarm reads back.
+TEST_F(DispatchTest, RuntimesInSeveralThreadsRecordEachUsedSpecOnce) {
+  test::TempDir dir;
+  RuntimeOptions recording = options();
+  recording.record_manifest = dir / "used.specs";
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t)
+    threads.emplace_back([&, t] {
+      Runtime runtime(recording);
+      GateResidualCall mine;
+      FakeTensor index32{3 * GiB, {1}, test::kI32};
+      for (int repeat = 0; repeat < 3; ++repeat) {
+        const DLTensor& index = t % 2 ? index32.t : mine.index.t;
+        failures += !runtime.gate_residual(mine.residual.t, mine.gate.t, index, mine.y.t, mine.out.t, nullptr).ok();
+      }
+    });
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  const std::string text = test::read_text(dir / "used.specs");
+  const std::vector<KernelSpec> specs = test::expect_value(parse_spec_list(text, "used.specs"));
+  ASSERT_EQ(specs.size(), 2u) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 3) << text;  // header + two lines, none repeated
+  std::set<std::string> described;
+  for (const KernelSpec& spec : specs) described.insert(spec.describe());
+  EXPECT_EQ(described, (std::set<std::string>{
+                           "gate_residual dtype=bf16 hidden=5376 table_stride=32256 vec=8 index=int32 target=sm_90",
+                           "gate_residual dtype=bf16 hidden=5376 table_stride=32256 vec=8 index=int64 target=sm_90"}));
+}
+
+// The deployment flow end to end (docs/deploy.md), with the fake driver as the GPU: record what a
+// workload launches, pre-warm exactly that with the CLI into a fresh layer, check the layer, then
+// run the workload offline against it, read-only: zero misses. A kernel it did not record is a
+// miss that names the prewarm command.
+TEST_F(DispatchTest, RecordPrewarmThenRunOfflineWithZeroMisses) {
+  test::TempDir dir;
+  const std::string list = dir / "used.specs";
+  FakeTensor index32{3 * GiB, {1}, test::kI32};
+  auto workload = [&](Runtime& runtime) {
+    const Status first = call.run(runtime);
+    if (!first.ok()) return first;
+    return runtime.gate_residual(call.residual.t, call.gate.t, index32.t, call.y.t, call.out.t, nullptr);
+  };
+  RuntimeOptions recording = options();
+  recording.record_manifest = list;
+  {
+    Runtime runtime(recording);
+    const Status status = workload(runtime);
+    ASSERT_TRUE(status.ok()) << status.message();
+  }
+  const std::vector<std::string> build_env = {"EXACTJIT_CACHE_DIR=" + (dir / "layer"), "EXACTJIT_CACHE_PATH=",
+                                              "EXACTJIT_OFFLINE="};
+  const auto built = test::run_command(EXACTJIT_CLI, {"prewarm", "--manifest", list, "--quiet"}, build_env);
+  ASSERT_EQ(built.exit_code, 0) << built.out << built.err;
+  EXPECT_NE(built.out.find("2 kernels: 2 compiled, 0 cached, 0 failed"), std::string::npos) << built.out;
+  const std::vector<std::string> shipped_env = {"EXACTJIT_CACHE_DIR=" + (dir / "empty"),
+                                                "EXACTJIT_CACHE_PATH=" + (dir / "layer"), "EXACTJIT_OFFLINE=1"};
+  const auto checked = test::run_command(EXACTJIT_CLI, {"prewarm", "--manifest", list}, shipped_env);
+  EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
+  EXPECT_NE(checked.out.find("check: 2 kernels: 2 present, 0 missing"), std::string::npos) << checked.out;
+
+  RuntimeOptions production;
+  production.cache_dir = dir / "empty";
+  production.read_only_dirs = {dir / "layer"};
+  production.offline = true;
+  Runtime runtime(production);
+  const Status served = workload(runtime);
+  EXPECT_TRUE(served.ok()) << served.message();
+  FakeTensor final_norm_gate{2 * GiB, {9, H}, kBF16, {2 * H, 1}};  // a table stride nobody recorded
+  const Status miss =
+      runtime.gate_residual(call.residual.t, final_norm_gate.t, call.index.t, call.y.t, call.out.t, nullptr);
+  EXPECT_EQ(miss.code(), XJ_ERROR_OFFLINE_MISS);
+  EXPECT_NE(miss.message().find("exactjit prewarm --op gate_residual --hidden 5376 --dtype bf16 --table-stride 10752"),
+            std::string::npos)
+      << miss.message();
+}
+
+// A malformed boolean variable: the C ABI refuses to create a runtime, naming it; a C++ Runtime
+// made from such options fails every call with the same message.
+TEST_F(DispatchTest, AMalformedEnvironmentFailsRuntimeCreation) {
+  ::setenv("EXACTJIT_OFFLINE", "perhaps", 1);
+  const std::string expected = "EXACTJIT_OFFLINE='perhaps' is not valid: use 1/0, true/false, yes/no, on/off";
+  xj_runtime* runtime = nullptr;
+  EXPECT_EQ(xj_runtime_create(nullptr, &runtime), XJ_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(runtime, nullptr);
+  EXPECT_EQ(std::string(xj_last_error()), "xj_runtime_create: " + expected);
+  Runtime from_environment;
+  const Status status = call.run(from_environment);
+  EXPECT_EQ(status.code(), XJ_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(status.message(), expected);
+  ::unsetenv("EXACTJIT_OFFLINE");
+  ASSERT_EQ(xj_runtime_create(nullptr, &runtime), XJ_OK) << xj_last_error();
+  xj_runtime_destroy(runtime);
 }
 
 /// Writes a report into a record's host mirror as templates/error_record.cuh's report_bad_index does.

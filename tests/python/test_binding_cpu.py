@@ -290,5 +290,37 @@ class BindingWithoutGpu(unittest.TestCase):
         self.assertIn("/nonexistent/libexactjit.so", result.stderr)
 
 
+class EnvironmentSpellings(unittest.TestCase):
+    """The package's boolean variables take the library's spellings and refuse the rest by name."""
+
+    def test_booleans_match_the_library(self):
+        from exactjit import _environment
+        for spelling, value in (("1", True), ("TRUE", True), ("yes", True), ("On", True), ("0", False),
+                                ("false", False), ("NO", False), ("off", False)):
+            with mock.patch.dict(os.environ, {"EXACTJIT_SOME_SWITCH": spelling}):
+                self.assertIs(_environment.boolean("EXACTJIT_SOME_SWITCH", default=not value), value)
+        with mock.patch.dict(os.environ, {"EXACTJIT_SOME_SWITCH": ""}):
+            self.assertIs(_environment.boolean("EXACTJIT_SOME_SWITCH", default=True), True)
+        with mock.patch.dict(os.environ, {"EXACTJIT_SOME_SWITCH": "maybe"}):
+            with self.assertRaisesRegex(ValueError, r"^EXACTJIT_SOME_SWITCH='maybe' is not valid: use 1/0, "
+                                                    r"true/false, yes/no, on/off$"):
+                _environment.boolean("EXACTJIT_SOME_SWITCH")
+
+    def test_boolean_or_path(self):
+        from exactjit import _environment
+        for value, expected in (("off", False), ("YES", True), ("/opt/x/libexactjit_torch.so",
+                                                                 "/opt/x/libexactjit_torch.so")):
+            with mock.patch.dict(os.environ, {"EXACTJIT_SOME_FILE": value}):
+                self.assertEqual(_environment.boolean_or_path("EXACTJIT_SOME_FILE"), expected)
+        with mock.patch.dict(os.environ, {"EXACTJIT_SOME_FILE": "libfoo"}):
+            with self.assertRaisesRegex(ValueError, "EXACTJIT_SOME_FILE='libfoo' is not valid"):
+                _environment.boolean_or_path("EXACTJIT_SOME_FILE")
+
+    def test_a_malformed_library_variable_fails_runtime_creation_by_name(self):
+        with mock.patch.dict(os.environ, {"EXACTJIT_OFFLINE": "perhaps"}):
+            with self.assertRaisesRegex(exactjit.InvalidArgumentError, "EXACTJIT_OFFLINE='perhaps' is not valid"):
+                exactjit.Runtime()
+
+
 if __name__ == "__main__":
     unittest.main()

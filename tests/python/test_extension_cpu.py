@@ -128,6 +128,21 @@ class Switch(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertEqual(out, "None False EXACTJIT_TORCH_EXTENSION=off")
 
+    def test_every_boolean_spelling_of_off_keeps_the_ctypes_path(self):
+        code = "import sys; sys.path.insert(0, 'python'); import torch, exactjit; exactjit.ops; " \
+               "from exactjit import _extension; print(_extension.path, _extension.reason)"
+        for off in ("0", "false", "No", "OFF"):
+            rc, out, err = self.run_python(code, EXACTJIT_TORCH_EXTENSION=off)
+            self.assertEqual(rc, 0, err)
+            self.assertEqual(out, f"None EXACTJIT_TORCH_EXTENSION={off}")
+
+    def test_a_malformed_value_is_an_error_naming_the_variable(self):
+        code = "import sys; sys.path.insert(0, 'python'); import torch, exactjit; exactjit.ops"
+        rc, _, err = self.run_python(code, EXACTJIT_TORCH_EXTENSION="maybe")
+        self.assertNotEqual(rc, 0)
+        self.assertIn("EXACTJIT_TORCH_EXTENSION='maybe' is not valid: use 1/0, true/false, yes/no, on/off, "
+                      "or the path of a file", err)
+
     def test_a_path_that_does_not_load_is_an_error(self):
         code = "import sys; sys.path.insert(0, 'python'); import torch, exactjit; exactjit.ops"
         rc, _, err = self.run_python(code, EXACTJIT_TORCH_EXTENSION="/nonexistent/libexactjit_torch.so")

@@ -23,5 +23,8 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/exactjitConfigVersion.cma
 install(FILES ${PROJECT_BINARY_DIR}/exactjitConfig.cmake ${PROJECT_BINARY_DIR}/exactjitConfigVersion.cmake
   DESTINATION ${EXACTJIT_CMAKE_DIR})
 
+# Relocatable: exactjit.pc finds the prefix from its own folder, so `cmake --install --prefix` works.
+file(RELATIVE_PATH EXACTJIT_PC_TO_PREFIX /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
+string(REGEX REPLACE "/$" "" EXACTJIT_PC_TO_PREFIX "${EXACTJIT_PC_TO_PREFIX}")
 configure_file(${CMAKE_CURRENT_LIST_DIR}/exactjit.pc.in ${PROJECT_BINARY_DIR}/exactjit.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/exactjit.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,5 +1,6 @@
-// exactjit's internal C++ API (the static core; the C ABI, the CLI and the tests use it; users get
-// include/exactjit/exactjit.h and its C++ wrapper exactjit.hpp): a Runtime owns the kernel caches and the per-device state, and runs the ops.
+// exactjit's internal C++ API, over the static core: the C ABI, the CLI and the tests use it; users
+// get include/exactjit/exactjit.h and its C++ wrapper exactjit.hpp instead. A Runtime owns the
+// kernel caches and the per-device state, and runs the ops.
 //
 // Tensors are DLPack DLTensors (dlpack/dlpack.h). Every op validates its arguments on the host,
 // launches on the caller's stream and returns at once; a bad index found by a kernel is reported,

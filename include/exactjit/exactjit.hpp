@@ -52,7 +52,7 @@ class Runtime {
   Runtime() : Runtime(default_options()) {}
   explicit Runtime(const xj_runtime_options& options) { check(xj_runtime_create(&options, &handle_)); }
   ~Runtime() { xj_runtime_destroy(handle_); }
-  Runtime(Runtime&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  Runtime(Runtime&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
   Runtime& operator=(Runtime&& other) noexcept {
     std::swap(handle_, other.handle_);
     return *this;

@@ -2,15 +2,16 @@
 // crosses this boundary; every failure becomes a status code plus a thread-local message.
 #include "exactjit/exactjit.h"
 
-#include "exactjit/exactjit.hpp"
+#include "api/runtime.hpp"
 #include "runtime/environment.hpp"
 
 #include <new>
 #include <string>
 
 struct xj_runtime {
-  explicit xj_runtime(exactjit::RuntimeOptions options) : runtime(std::move(options)) {}
+  explicit xj_runtime(exactjit::RuntimeOptions options) : runtime(std::move(options)), info(runtime.info()) {}
   exactjit::Runtime runtime;
+  const std::string info;  // options never change, so xj_runtime_info's text is made once
 };
 
 namespace {
@@ -59,6 +60,14 @@ exactjit_status_t xj_runtime_create(const xj_runtime_options* options, xj_runtim
 }
 
 void xj_runtime_destroy(xj_runtime* runtime) { delete runtime; }
+
+const char* xj_runtime_info(xj_runtime* runtime) { return runtime ? runtime->info.c_str() : ""; }
+
+exactjit_status_t xj_prewarm(xj_runtime* runtime, const char* spec) {
+  if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "prewarm: runtime must not be NULL");
+  if (!spec) return fail(XJ_ERROR_INVALID_ARGUMENT, "prewarm: spec must not be NULL");
+  return finish(runtime->runtime.prewarm(spec));
+}
 
 exactjit_status_t xj_gate_residual(xj_runtime* runtime, const DLTensor* residual, const DLTensor* gate,
                                    const DLTensor* index, const DLTensor* y, const DLTensor* out, void* stream) {

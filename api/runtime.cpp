@@ -1,4 +1,4 @@
-// exactjit Runtime: the C++ API over the pipeline (include/exactjit/exactjit.hpp).
+// exactjit Runtime: the internal C++ API over the pipeline (api/runtime.hpp).
 //
 // Hot path of an op call: validate (kernels/) -> per-device spec->CUfunction map under a shared
 // lock -> cuLaunchKernel on the caller's stream. Nothing is rendered, hashed or allocated there.
@@ -7,6 +7,7 @@
 #include "api/runtime_impl.hpp"
 
 #include "codegen/render.hpp"
+#include "kernels/catalog.hpp"
 #include "kernels/adaln_row_gather.hpp"
 #include "kernels/adaln_row_gather_backward.hpp"
 #include "kernels/det_linear.hpp"
@@ -328,6 +329,26 @@ Status Runtime::synchronize(int device_id, void* stream) {
   auto state = impl_->device(device_id);
   if (!state) return to_status(state.takeError());
   return to_status((*state)->errors->synchronize(static_cast<CUstream>(stream)));
+}
+
+Status Runtime::prewarm(std::string_view text) {
+  const std::optional<KernelSpec> spec = parse_spec(text);
+  if (!spec)
+    return Status(static_cast<int>(ErrorCode::InvalidArgument),
+                  fmt::format("prewarm: '{}' is not a kernel's canonical spec text", text));
+  if (llvm::Error err = validate_spec(*spec)) return to_status(std::move(err));
+  auto lookup = impl_->cache.get(codegen::render(*spec));
+  return to_status(lookup ? llvm::Error::success() : lookup.takeError());
+}
+
+std::string Runtime::info() const {
+  const RuntimeOptions& options = impl_->options;
+  std::string layers;
+  for (const std::string& dir : options.read_only_dirs) layers += (layers.empty() ? "" : ":") + dir;
+  return fmt::format("cache: {}\nread-only layers: {}\noffline: {}\narch: {}\ncheck after launch: {}\n",
+                     options.cache_dir.empty() ? "(none)" : options.cache_dir, layers.empty() ? "(none)" : layers,
+                     options.offline ? "yes" : "no", options.arch.empty() ? "(the device's)" : options.arch,
+                     options.check_after_launch ? "yes" : "no");
 }
 
 }  // namespace exactjit

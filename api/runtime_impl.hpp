@@ -1,7 +1,7 @@
 // exactjit Runtime internals, shared by the C++ API (runtime.cpp), the C ABI and the self-test.
 #pragma once
 
-#include "exactjit/exactjit.hpp"
+#include "api/runtime.hpp"
 #include "kernels/launch_plan.hpp"
 #include "runtime/device_errors.hpp"
 #include "runtime/driver.hpp"

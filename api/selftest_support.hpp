@@ -3,7 +3,7 @@
 #pragma once
 
 #include "codegen/kernel_spec.hpp"
-#include "exactjit/exactjit.hpp"
+#include "api/runtime.hpp"
 #include "runtime/device_buffer.hpp"
 #include "api/selftest.hpp"
 

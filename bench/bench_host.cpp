@@ -17,7 +17,7 @@
 #include "kernels/gate_residual.hpp"
 #include "runtime/content_key.hpp"
 #include "exactjit/exactjit.h"
-#include "exactjit/exactjit.hpp"
+#include "api/runtime.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/device_errors.hpp"
 #include "runtime/driver.hpp"

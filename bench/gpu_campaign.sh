@@ -80,6 +80,8 @@ step python-cpu python_cpu.log python3 tests/python/test_ops_cpu.py
 step python-extension python_extension.log python3 tests/python/test_extension_cpu.py
 step python-integration python_integration.log python3 tests/python/test_integration_cpu.py
 step ops ops.log python3 tests/gpu/ops_torch.py --report "$OUT/ops.md" --json "$LOGS/ops.json"
+# The README-level example: one DiT block, bitwise forward, repeatable autograd, one CUDA graph.
+step dit-block dit_block.log python3 examples/dit_block.py
 # The same checks on the ctypes path (a build without libexactjit_torch.so); report in the logs.
 step ops-ctypes ops_ctypes.log env EXACTJIT_TORCH_EXTENSION=off python3 tests/gpu/ops_torch.py \
   --groups opcheck,direct,compile,capture,block \

@@ -5,7 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake ninja-build g++ llvm-14-dev libgtest-dev libbenchmark-dev libfmt-dev libdlpack-dev python3)
+# ccache: the wheel and the consumer builds of scripts/test.sh reuse build/'s objects.
+# python3-venv, pkg-config: the wheel and pkg-config consumer checks.
+packages=(cmake ninja-build g++ llvm-14-dev libgtest-dev libbenchmark-dev libfmt-dev libdlpack-dev python3
+          python3-venv pkg-config ccache)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -21,5 +24,6 @@ if [ ! -f "$cuda_root/include/nvrtc.h" ]; then
   echo "setup: the CUDA toolkit (nvrtc.h) is not in $cuda_root; set CUDAToolkit_ROOT" >&2
   exit 1
 fi
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUDAToolkit_ROOT="$cuda_root" >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUDAToolkit_ROOT="$cuda_root" \
+  -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
 ninja -C build

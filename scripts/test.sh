@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # Sets up and builds, then runs the whole test suite (CPU suites always; the GPU suite skips
-# cleanly without a driver and runs on a GPU machine). Then the CPU suites again, built with
-# AddressSanitizer and UndefinedBehaviorSanitizer in build-asan/ (the fuzz tests included; the
-# first report of either sanitizer fails the run). EXACTJIT_SKIP_SANITIZERS=1 skips that stage.
+# cleanly without a driver and runs on a GPU machine). Then the packaging as users meet it: the
+# wheel in a fresh venv (scripts/test_wheel.sh) and the C/C++ consumers of the CMake package
+# (scripts/test_consumers.sh), both on build/'s objects through ccache, each timed. Then the CPU
+# suites again, built with AddressSanitizer and UndefinedBehaviorSanitizer in build-asan/ (the
+# fuzz tests included; the first report of either sanitizer fails the run).
+# EXACTJIT_SKIP_SANITIZERS=1 skips that stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 ctest --test-dir build --output-on-failure
+for check in test_wheel test_consumers; do
+  start=$SECONDS
+  "scripts/$check.sh"
+  echo "test: $check took $((SECONDS - start)) s"
+done
 [ "${EXACTJIT_SKIP_SANITIZERS:-0}" = 1 ] && exit 0
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEXACTJIT_SANITIZE=address,undefined \
   -DCUDAToolkit_ROOT="${CUDAToolkit_ROOT:-/usr/local/cuda}" >/dev/null

@@ -9,6 +9,12 @@
 
 #include <dlpack/dlpack.h>
 
+/* The version of this header. CMake's project(VERSION) and the wheel's version are read from these
+ * three lines; xj_version() is the loaded library's, which a caller can compare with them. */
+#define XJ_VERSION_MAJOR 0
+#define XJ_VERSION_MINOR 1
+#define XJ_VERSION_PATCH 0
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -49,17 +55,27 @@ XJ_API const char* xj_last_error(void);
 XJ_API exactjit_status_t xj_runtime_create(const xj_runtime_options* options, xj_runtime** runtime);
 XJ_API void xj_runtime_destroy(xj_runtime* runtime);
 
-/* out = residual + gate[index[r mod S]] * y, bitwise equal to PyTorch eager (see exactjit.hpp). */
+/* What the runtime resolved its options to, one "name: value" line each (cache, read-only layers,
+ * offline, arch, check after launch). Valid until the runtime is destroyed. */
+XJ_API const char* xj_runtime_info(xj_runtime* runtime);
+
+/* Gets one kernel into the runtime's caches without launching it, so no GPU is needed: from a cache
+ * layer, else compiled by NVRTC (XJ_ERROR_OFFLINE_MISS when offline). `spec` is a kernel's canonical
+ * text, as error messages and `exactjit inspect --emit key` print it, e.g.
+ * "gate_residual dtype=bf16 hidden=5376 table_stride=32256 vec=8 index=int64 target=sm_90". */
+XJ_API exactjit_status_t xj_prewarm(xj_runtime* runtime, const char* spec);
+
+/* out = residual + gate[index[r mod S]] * y, bitwise equal to PyTorch eager (api/runtime.hpp). */
 XJ_API exactjit_status_t xj_gate_residual(xj_runtime* runtime, const DLTensor* residual,
                                           const DLTensor* gate, const DLTensor* index,
                                           const DLTensor* y, const DLTensor* out, void* stream);
 
-/* out[c, s, :] = rows[timestep_indices[s] * 3 + token_tags[s], cH:(c+1)H], c = 0..5 (exactjit.hpp). */
+/* out[c, s, :] = rows[timestep_indices[s] * 3 + token_tags[s], cH:(c+1)H], c = 0..5 (api/runtime.hpp). */
 XJ_API exactjit_status_t xj_adaln_row_gather(xj_runtime* runtime, const DLTensor* rows,
                                              const DLTensor* timestep_indices, const DLTensor* token_tags,
                                              const DLTensor* out, void* stream);
 
-/* RMSNorm bitwise equal to PyTorch's, optionally AdaLN-modulated (exactjit.hpp). weight, shift,
+/* RMSNorm bitwise equal to PyTorch's, optionally AdaLN-modulated (api/runtime.hpp). weight, shift,
  * scale, index and rstd may be NULL (shift, scale and index together). */
 XJ_API exactjit_status_t xj_rms_norm(xj_runtime* runtime, const DLTensor* x, const DLTensor* weight,
                                      const DLTensor* shift, const DLTensor* scale, const DLTensor* index,
@@ -72,13 +88,13 @@ XJ_API exactjit_status_t xj_timestep_sinusoid(xj_runtime* runtime, const DLTenso
                                               double downscale_freq_shift, double scale, int check_range,
                                               void* stream);
 
-/* out = act(x @ weight^T + bias), fixed batch-invariant order (exactjit.hpp). bias and
+/* out = act(x @ weight^T + bias), fixed batch-invariant order (api/runtime.hpp). bias and
  * pre_activation may be NULL. */
 XJ_API exactjit_status_t xj_det_linear(xj_runtime* runtime, const DLTensor* x, const DLTensor* weight,
                                        const DLTensor* bias, const DLTensor* out, const DLTensor* pre_activation,
                                        int silu, void* stream);
 
-/* det_linear backward, fp32 or bf16 weights, T <= 8 (exactjit.hpp). Outputs may be NULL; the workspace
+/* det_linear backward, fp32 or bf16 weights, T <= 8 (api/runtime.hpp). Outputs may be NULL; the workspace
  * (det_linear_backward_workspace_bytes) is needed for d_input. */
 XJ_API long long xj_det_linear_backward_workspace_bytes(long long rows, long long in_features,
                                                         long long out_features);

@@ -5,8 +5,9 @@ this works on a machine without a GPU. Where the library is looked for, first hi
 
   1. $EXACTJIT_LIBRARY, a full path (no fallback when it is set: an override that silently did
      not apply would be worse than an error);
-  2. build/libexactjit.so of the repository this package sits in (python/../build);
-  3. libexactjit.so next to this package's files;
+  2. libexactjit.so next to this package's files (an installed wheel);
+  3. build/libexactjit.so of the checkout this package sits in (python/../build), for a package
+     used in place with PYTHONPATH=python;
   4. the plain name libexactjit.so, through the dynamic linker (LD_LIBRARY_PATH, ldconfig).
 
 A candidate file that exists but fails to load is an error at once rather than a reason to try
@@ -24,7 +25,9 @@ LIBRARY_NAME = "libexactjit.so"
 ENV_LIBRARY = "EXACTJIT_LIBRARY"
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_REPO_BUILD = os.path.join(os.path.dirname(os.path.dirname(_PACKAGE_DIR)), "build", LIBRARY_NAME)
+_CHECKOUT = os.path.dirname(os.path.dirname(_PACKAGE_DIR))
+# Only a package used in place in a checkout (python/exactjit) looks into the checkout's build/.
+_IN_CHECKOUT = os.path.isfile(os.path.join(_CHECKOUT, "include", "exactjit", "exactjit.h"))
 
 
 class RuntimeOptions(ctypes.Structure):
@@ -50,7 +53,10 @@ def _load():
                 f"exactjit: cannot load {ENV_LIBRARY}={override!r}: {e}") from None
 
     tried = []
-    for path in (_REPO_BUILD, os.path.join(_PACKAGE_DIR, LIBRARY_NAME)):
+    candidates = [os.path.join(_PACKAGE_DIR, LIBRARY_NAME)]
+    if _IN_CHECKOUT:
+        candidates.append(os.path.join(_CHECKOUT, "build", LIBRARY_NAME))
+    for path in candidates:
         if not os.path.isfile(path):
             tried.append(f"{path} (not found)")
             continue
@@ -64,7 +70,7 @@ def _load():
         tried.append(f"{LIBRARY_NAME} via the dynamic linker ({e})")
     raise ImportError(
         "exactjit: libexactjit.so not found; looked at:\n  " + "\n  ".join(tried) +
-        f"\nBuild it (cmake --build build) or set {ENV_LIBRARY} to its full path.")
+        f"\nInstall the wheel (pip install .), build it (cmake --build build) or set {ENV_LIBRARY} to its full path.")
 
 
 c_int, c_void_p, c_char_p, c_double, c_longlong = (ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p,
@@ -78,6 +84,8 @@ SIGNATURES = {
     "xj_last_error": (c_char_p, []),
     "xj_runtime_create": (c_int, [ctypes.POINTER(RuntimeOptions), ctypes.POINTER(c_void_p)]),
     "xj_runtime_destroy": (None, [c_void_p]),
+    "xj_runtime_info": (c_char_p, [c_void_p]),
+    "xj_prewarm": (c_int, [c_void_p, c_char_p]),
     "xj_gate_residual": (c_int, [c_void_p, _tensor, _tensor, _tensor, _tensor, _tensor, c_void_p]),
     "xj_adaln_row_gather": (c_int, [c_void_p, _tensor, _tensor, _tensor, _tensor, c_void_p]),
     "xj_timestep_sinusoid": (c_int, [c_void_p, _tensor, _tensor, c_double, c_int, c_double, c_double, c_int,

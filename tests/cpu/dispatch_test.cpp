@@ -7,7 +7,7 @@
 // Its own process: the driver is loaded once per process, and here it must be the fake.
 #include "codegen/kernel_spec.hpp"
 #include "exactjit/exactjit.h"
-#include "exactjit/exactjit.hpp"
+#include "api/runtime.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/device_errors.hpp"
 #include "runtime/driver.hpp"

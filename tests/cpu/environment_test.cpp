@@ -1,7 +1,7 @@
 // The environment: one parser for every boolean variable (1/0 true/false yes/no on/off, any case;
 // anything else an error naming the variable and the accepted values), strict choices, and the
 // runtime options that report a malformed variable instead of guessing.
-#include "exactjit/exactjit.hpp"
+#include "api/runtime.hpp"
 #include "runtime/environment.hpp"
 #include "runtime/errors.hpp"
 #include "support/test_support.hpp"

@@ -14,8 +14,7 @@ import sys
 import unittest
 from unittest import mock
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "python"))
+from package_under_test import INSTALLED, REPO, child_env  # noqa: E402  (puts the package on sys.path)
 
 import exactjit  # noqa: E402
 from exactjit import _lib  # noqa: E402
@@ -281,9 +280,15 @@ class BindingWithoutGpu(unittest.TestCase):
                 rt.gate_residual_backward(y, table[:, :h], index, y)
             self.assertIn("gate_residual", str(caught.exception))
 
+    @unittest.skipUnless(INSTALLED, "tests the checkout's package (EXACTJIT_TEST_INSTALLED=1: the wheel)")
+    def test_installed_package_loads_the_library_beside_it(self):
+        package_dir = os.path.dirname(os.path.abspath(exactjit.__file__))
+        self.assertFalse(package_dir.startswith(REPO + os.sep), f"{package_dir} is the checkout's package")
+        self.assertNotIn("EXACTJIT_LIBRARY", os.environ)
+        self.assertEqual(exactjit.library_path(), os.path.join(package_dir, "libexactjit.so"))
+
     def test_bad_library_override_names_it(self):
-        env = dict(os.environ, EXACTJIT_LIBRARY="/nonexistent/libexactjit.so",
-                   PYTHONPATH=os.path.join(REPO, "python"))
+        env = child_env(EXACTJIT_LIBRARY="/nonexistent/libexactjit.so")
         result = subprocess.run([sys.executable, "-c", "import exactjit"], env=env, capture_output=True, text=True)
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("EXACTJIT_LIBRARY", result.stderr)

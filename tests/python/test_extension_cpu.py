@@ -6,13 +6,11 @@ and errors, type and message. Skips cleanly where torch is not importable or the
 not built (-DEXACTJIT_TORCH_EXTENSION=ON); the launches are checked on the GPU machine
 (tests/gpu/ops_torch.py runs with and without it). Run by ctest; exits non-zero on failure."""
 import importlib.util
-import os
 import subprocess
 import sys
 import unittest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "python"))
+from package_under_test import child_env  # noqa: E402  (puts the package on sys.path)
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 if HAS_TORCH:
@@ -116,12 +114,11 @@ class Extension(unittest.TestCase):
 @unittest.skipUnless(HAS_TORCH, "torch not available")
 class Switch(unittest.TestCase):
     def run_python(self, code, **env):
-        result = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True,
-                                text=True, cwd=REPO)
+        result = subprocess.run([sys.executable, "-c", code], env=child_env(**env), capture_output=True, text=True)
         return result.returncode, result.stdout.strip(), result.stderr
 
     def test_off_keeps_the_ctypes_path(self):
-        code = ("import sys; sys.path.insert(0, 'python'); import torch, exactjit; from exactjit import _extension, "
+        code = ("import torch, exactjit; from exactjit import _extension, "
                 "ops; print(_extension.path, torch._C._dispatch_has_kernel_for_dispatch_key("
                 "'exactjit::gate_residual', 'CUDA'), _extension.reason)")
         rc, out, err = self.run_python(code, EXACTJIT_TORCH_EXTENSION="off")
@@ -144,7 +141,7 @@ class Switch(unittest.TestCase):
                       "or the path of a file", err)
 
     def test_a_path_that_does_not_load_is_an_error(self):
-        code = "import sys; sys.path.insert(0, 'python'); import torch, exactjit; exactjit.ops"
+        code = "import torch, exactjit; exactjit.ops"
         rc, _, err = self.run_python(code, EXACTJIT_TORCH_EXTENSION="/nonexistent/libexactjit_torch.so")
         self.assertNotEqual(rc, 0)
         self.assertIn("cannot load the torch extension /nonexistent/libexactjit_torch.so", err)

@@ -26,8 +26,7 @@ import types
 import unittest
 from unittest import mock
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "python"))
+from package_under_test import REPO, child_env  # noqa: E402  (puts the package on sys.path)
 sys.path.insert(0, os.path.join(REPO, "bench"))  # minimax_h3_setup.py
 
 import exactjit  # noqa: E402
@@ -402,7 +401,7 @@ class DiffusersIntegration(unittest.TestCase, Bitwise):
     def test_import_loads_neither_diffusers_nor_torch_early(self):
         code = ("import sys, exactjit.integrations; a = 'torch' in sys.modules; "
                 "import exactjit.integrations.diffusers; print(a, 'diffusers' in sys.modules)")
-        env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"))
+        env = child_env()
         result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(result.stdout.split(), ["False", "False"])

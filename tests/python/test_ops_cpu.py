@@ -5,12 +5,10 @@ kernel), plus the rules the Python layer enforces itself. Skips cleanly where to
 importable; the real kernels are checked on the GPU machine (tests/gpu/ops_torch.py, which also
 runs torch.library.opcheck on CUDA tensors). Run by ctest; exits non-zero on failure."""
 import importlib.util
-import os
 import sys
 import unittest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "python"))
+import package_under_test  # noqa: F401  (puts the package on sys.path)
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 if HAS_TORCH:

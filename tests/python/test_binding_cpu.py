@@ -81,6 +81,8 @@ class BindingWithoutGpu(unittest.TestCase):
     def test_runtime_lifecycle_and_unavailable_driver(self):
         with exactjit.Runtime(cache_dir="/tmp/exactjit-python-test", offline=True) as rt:
             status = _lib.lib.xj_synchronize(rt.handle, 0, None)
+            if status == exactjit.Status.OK:  # the wheel's check on the GPU machine
+                self.skipTest("a CUDA driver and GPU are present; this checks the driverless path")
             self.assertEqual(status, exactjit.Status.UNAVAILABLE)
             with self.assertRaises(exactjit.UnavailableError) as caught:
                 _lib.check(status, "xj_synchronize")

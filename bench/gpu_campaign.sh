@@ -93,7 +93,8 @@ step diffusers diffusers.log timeout 400 python3 tests/gpu/diffusers_torch.py --
 step kernels kernels.log python3 bench/profile_backward_kernels.py --report "$OUT/kernels.md"
 step e2e e2e.log timeout 500 python3 bench/bench_e2e.py --profile --report "$OUT/e2e.md" --json "$LOGS/e2e.json" \
   --plot "$OUT/e2e.png"
-# bench_host needs libexactjit.so and libbenchmark.so.1debian carried next to it.
+# bench_host needs libexactjit.so.0.1 (its soname: cp -a build/libexactjit.so* .carry/) and
+# libbenchmark.so.1debian carried next to it.
 [ -x .carry/bench_host ] && step bench-host bench_host.log env LD_LIBRARY_PATH="$PWD/.carry" ./.carry/bench_host \
   --benchmark_filter=Dispatch \
   --benchmark_repetitions=20 --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true

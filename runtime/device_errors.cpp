@@ -80,16 +80,14 @@ int StreamErrorRecords::slot(CUstream stream) {
   return next;
 }
 
-CUdeviceptr StreamErrorRecords::record(CUstream stream) {
-  return device_ + static_cast<CUdeviceptr>(slot(stream)) * sizeof(DeviceErrorRecord);
-}
+CUdeviceptr StreamErrorRecords::record(CUstream stream) { return device_record(slot(stream)); }
 
 DeviceErrorRecord* StreamErrorRecords::mirror(CUstream stream) { return host_ + slot(stream); }
 
 llvm::Expected<CUdeviceptr> StreamErrorRecords::launch_record(CUstream stream) {
   const int slot = this->slot(stream);  // one lookup on the launch path
   if (auto err = take_pending_at(slot, stream)) return err;
-  return device_ + static_cast<CUdeviceptr>(slot) * sizeof(DeviceErrorRecord);
+  return device_record(slot);
 }
 
 llvm::Error StreamErrorRecords::take_pending(CUstream stream) { return take_pending_at(slot(stream), stream); }
@@ -104,8 +102,7 @@ llvm::Error StreamErrorRecords::take_pending_at(int slot, CUstream stream) {
   // every kernel already on the stream, clears it; the mirror is cleared now.
   std::memset(reinterpret_cast<char*>(mirror) + sizeof(uint32_t), 0, kErrorReportBytes - sizeof(uint32_t));
   __atomic_store_n(&mirror->claimed, 0u, __ATOMIC_RELEASE);
-  const CUdeviceptr record = device_ + static_cast<CUdeviceptr>(slot) * sizeof(DeviceErrorRecord);
-  if (auto err = driver_.check(driver_.cuMemsetD8Async(record, 0, kErrorReportBytes, stream),
+  if (auto err = driver_.check(driver_.cuMemsetD8Async(device_record(slot), 0, kErrorReportBytes, stream),
                                "cuMemsetD8Async (error record)"))
     return err;
   return report_error(report);

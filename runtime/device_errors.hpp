@@ -61,6 +61,9 @@ class StreamErrorRecords {
  private:
   StreamErrorRecords(const Driver& driver, CUcontext context) : driver_(driver), context_(context) {}
   int slot(CUstream stream);
+  CUdeviceptr device_record(int slot) const {
+    return device_ + static_cast<CUdeviceptr>(slot) * sizeof(DeviceErrorRecord);
+  }
   llvm::Error take_pending_at(int slot, CUstream stream);
 
   const Driver& driver_;

@@ -3,6 +3,7 @@
 #include "cli/json_output.hpp"
 #include "cli/options.hpp"
 
+#include "codegen/op_row.hpp"
 #include "kernels/catalog.hpp"
 #include "kernels/det_linear.hpp"
 #include "kernels/det_linear_backward.hpp"
@@ -64,16 +65,18 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
     if (!parsed) return usage(fmt::format("bad arch '{}' (expected sm_90, compute_90 or 90)", request.arch));
     target = *parsed;
   }
-  if (*op == Op::TimestepSinusoid) {  // fp32 only, sized by its channels
+  const OpRow& row = op_row(*op);
+  if (row.shape == SpecShape::Channels) {  // fp32 only, sized by its channels
     if (!request.dtype.empty() && parse_dtype(request.dtype) != DType::F32)
-      return usage("timestep_sinusoid is fp32 only");
+      return usage(fmt::format("{} is fp32 only", row.name));
     auto channels = size_or_default(request, "channels", request.channels, kSinusoidChannels);
     if (!channels) return channels.takeError();
     const std::vector<KernelSpec> specs = spec_family(*op, DType::F32, *channels, 0, target);
     if (auto err = validate_spec(specs.front())) return err;
     return specs;
   }
-  if (*op == Op::DetLinear) {  // defaults: the H3 AdaLN projection (bf16, 2688 -> 18 x 5376)
+  if (row.shape == SpecShape::Linear && row.role == OpRole::Forward) {
+    // Defaults: the H3 AdaLN projection (bf16, 2688 -> 18 x 5376).
     auto dtypes = det_linear_dtypes(request.dtype, {DType::BF16});
     if (!dtypes) return dtypes.takeError();
     std::vector<bool> activations = {false, true};
@@ -86,14 +89,15 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
     if (!n) return n.takeError();
     std::vector<KernelSpec> specs;
     for (bool silu : activations) {
-      KernelSpec spec = det_linear_spec(dtypes->front(), *k, *n, silu);
-      spec.target = target;
-      if (auto err = validate_spec(spec)) return err;
-      specs.push_back(spec);
+      for (const KernelSpec& spec : spec_family(*op, dtypes->front(), *k, *n, target)) {
+        if (spec.silu != silu) continue;
+        if (auto err = validate_spec(spec)) return err;
+        specs.push_back(spec);
+      }
     }
     return specs;
   }
-  if (is_det_linear(*op)) {  // the backward kernels (the forward above)
+  if (row.shape == SpecShape::Linear) {  // the backward kernels (the forward above)
     // Sized like the forward (--in-features, --out-features; --hidden and --table-stride name the
     // same K and N), defaults the H3 AdaLN projection; bf16 and fp32 weights (the fold: bf16 only).
     auto k = size_or_default(request, "in_features", request.in_features ? request.in_features : request.hidden,
@@ -118,7 +122,8 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
   // Capped before any arithmetic: 6 x hidden of a 64-bit H overflows (undefined behaviour).
   if (std::string rule = cap_rule(kHiddenCap, *hidden); !rule.empty()) return usage(rule);
   // rms_norm without a table stride is the plain norm; the table ops default to the block's 6H.
-  const int64_t stride = request.table_stride ? request.table_stride : *op == Op::RmsNorm ? 0 : 6 * *hidden;
+  const int64_t stride =
+      request.table_stride ? request.table_stride : op_family(*op).default_stride_in_h * *hidden;
   std::vector<DType> dtypes;
   if (request.dtype.empty()) {
     dtypes = {DType::BF16, DType::F16, DType::F32};
@@ -284,8 +289,12 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
   request.in_features = in_features_flag;
   request.out_features = out_features_flag;
   request.activation = activation_flag;
-  if (single && request.dtype.empty() && request.op != "timestep_sinusoid") request.dtype = "bf16";
-  if (single && request.activation.empty() && request.op == "det_linear") request.activation = "silu";
+  if (const std::optional<Op> op = parse_op(request.op); single && op) {  // one spec: the H3 defaults
+    const OpRow& row = op_row(*op);
+    if (request.dtype.empty() && row.shape != SpecShape::Channels) request.dtype = "bf16";
+    if (request.activation.empty() && row.shape == SpecShape::Linear && row.role == OpRole::Forward)
+      request.activation = "silu";
+  }
   if (!single) {
     for (const Target& target : *targets) {
       auto family = expand(request, target);
@@ -303,7 +312,7 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
     return usage(fmt::format("--rows must be in 1..{}", kDetLinearBackwardMaxRows));
   const int64_t rows = rows_flag ? rows_flag : kDefaultTimesteps;
   for (const KernelSpec& spec : *family) {
-    if (spec.index != *index || (spec.op == Op::RmsNorm && spec.weighted == unweighted_flag)) continue;
+    if (spec.index != *index || (op_row(spec.op).describes_weight && spec.weighted == unweighted_flag)) continue;
     // The bf16 det_linear backward kernels compiled per row tile: the one a call of T rows runs.
     if (det_linear_backward_row_tiles(spec.dtype, spec.op).size() > 1 &&
         spec.row_tile != det_linear_backward_row_tile(spec.dtype, spec.op, rows))

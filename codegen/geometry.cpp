@@ -1,12 +1,11 @@
 // exactjit launch geometry of row-wise kernels (see geometry.hpp).
 #include "codegen/geometry.hpp"
 
+#include "codegen/op_row.hpp"
+
 namespace exactjit::codegen {
 
-int64_t packs_per_row(const KernelSpec& spec) {
-  const int64_t elements = spec.op == Op::AdalnRowGather ? 6 * spec.hidden : spec.hidden;
-  return elements / spec.vec;
-}
+int64_t packs_per_row(const KernelSpec& spec) { return op_row(spec.op).row_chunks * spec.hidden / spec.vec; }
 
 namespace {
 
@@ -29,36 +28,13 @@ int wide_row_threads(int64_t packs) {
 }  // namespace
 
 int column_slices(const KernelSpec& spec) {
-  const int64_t packs = spec.op == Op::RmsNormTableGrad || spec.op == Op::RmsNormWeightGrad ? spec.hidden / 4
-                                                                                             : spec.hidden / spec.vec;
+  const int64_t packs = spec.hidden / spec.vec;
   return static_cast<int>((packs + backward_threads(spec) - 1) / backward_threads(spec));
 }
 
-int backward_threads(const KernelSpec& spec) {
-  switch (spec.op) {
-    case Op::GateResidualBackward:
-    case Op::AdalnRowGatherBackward:
-    case Op::RmsNormTableGrad:
-    case Op::RmsNormWeightGrad: return 128;  // one pack per thread; column slices on grid.y
-    case Op::RmsNormBackward:
-    case Op::TimestepSinusoidBackward: return 128;
-    default: return 256;  // segment plan and fold
-  }
-}
+int backward_threads(const KernelSpec& spec) { return op_row(spec.op).threads; }
 
-int backward_row_unroll(const KernelSpec& spec) {
-  // A tile is one block's serial walk over up to kTilePositions rows; at small S there are few
-  // tiles. 8 rows of 16-byte packs help there and cost nothing at large S; 16 rows in the rms_norm
-  // parameter tiles cost more at large S (160 registers, fewer blocks per SM) than they gained
-  // at small S, so those keep 4 (docs/perf-notes.md, backward v3).
-  switch (spec.op) {
-    case Op::GateResidualBackward:
-    case Op::AdalnRowGatherBackward: return 8;
-    case Op::RmsNormTableGrad:
-    case Op::RmsNormWeightGrad: return 4;
-    default: return 1;
-  }
-}
+int backward_row_unroll(const KernelSpec& spec) { return op_row(spec.op).row_unroll; }
 
 RowGeometry row_geometry(const KernelSpec& spec) {
   const int64_t packs = packs_per_row(spec);

@@ -1,6 +1,8 @@
 // exactjit kernel specification: names, parsing and hashing of KernelSpec.
 #include "codegen/kernel_spec.hpp"
 
+#include "codegen/op_row.hpp"
+
 #include <fmt/format.h>
 
 #include <charconv>
@@ -10,35 +12,10 @@ namespace exactjit {
 
 std::string Target::name() const { return fmt::format("{}_{}", ptx ? "compute" : "sm", sm); }
 
-std::string_view op_name(Op op) {
-  switch (op) {
-    case Op::GateResidual: return "gate_residual";
-    case Op::AdalnRowGather: return "adaln_row_gather";
-    case Op::RmsNorm: return "rms_norm";
-    case Op::TimestepSinusoid: return "timestep_sinusoid";
-    case Op::DetLinear: return "det_linear";
-    case Op::GateResidualBackward: return "gate_residual_backward";
-    case Op::AdalnRowGatherBackward: return "adaln_row_gather_backward";
-    case Op::RmsNormBackward: return "rms_norm_backward";
-    case Op::RmsNormTableGrad: return "rms_norm_table_grad";
-    case Op::RmsNormWeightGrad: return "rms_norm_weight_grad";
-    case Op::TimestepSinusoidBackward: return "timestep_sinusoid_backward";
-    case Op::DetLinearInputGrad: return "det_linear_input_grad";
-    case Op::DetLinearWeightGrad: return "det_linear_weight_grad";
-    case Op::SegmentCount: return "segment_count";
-    case Op::SegmentScan: return "segment_scan";
-    case Op::SegmentScatter: return "segment_scatter";
-    case Op::SegmentFold: return "segment_fold";
-    case Op::DetLinearInputFold: return "det_linear_input_fold";
-  }
-  return "unknown";
-}
+std::string_view op_name(Op op) { return op_row(op).name; }
 
 std::string_view index_argument_name(Op op, unsigned argument) {
-  if (op == Op::AdalnRowGather || op == Op::AdalnRowGatherBackward)
-    return argument == 0 ? "timestep_indices" : "token_tags";
-  if (op == Op::TimestepSinusoid) return "t";
-  return "index";
+  return op_row(op).index_arguments[argument == 0 ? 0 : 1];
 }
 
 std::string_view dtype_name(DType dtype) {
@@ -57,14 +34,8 @@ std::string_view index_type_name(IndexType index) {
 size_t dtype_size(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
 
 std::optional<Op> parse_op(std::string_view text) {
-  if (text == "gate_residual") return Op::GateResidual;
-  if (text == "adaln_row_gather") return Op::AdalnRowGather;
-  if (text == "rms_norm") return Op::RmsNorm;
-  if (text == "timestep_sinusoid") return Op::TimestepSinusoid;
-  for (Op op : {Op::DetLinear, Op::GateResidualBackward, Op::AdalnRowGatherBackward, Op::RmsNormBackward, Op::RmsNormTableGrad,
-                Op::RmsNormWeightGrad, Op::TimestepSinusoidBackward, Op::DetLinearInputGrad, Op::DetLinearWeightGrad, Op::SegmentCount, Op::SegmentScan,
-                Op::SegmentScatter, Op::SegmentFold, Op::DetLinearInputFold})
-    if (text == op_name(op)) return op;
+  for (const OpRow* row : op_table())
+    if (row->name == text) return row->op;
   return std::nullopt;
 }
 
@@ -110,13 +81,14 @@ KernelSpec make_spec(Op op, DType dtype, IndexType index, int64_t hidden, int64_
 }
 
 std::string KernelSpec::describe() const {
-  if (is_det_linear(op))
+  const OpRow& row = op_row(op);
+  if (row.shape == SpecShape::Linear)
     return fmt::format("{} dtype={} in_features={} out_features={} activation={} rows={}{} target={}", op_name(op),
                        dtype_name(dtype), hidden, out_features, silu ? "silu" : "none", row_tile,
                        grad_dtype == DType::F32 ? "" : fmt::format(" grad={}", dtype_name(grad_dtype)), target.name());
   return fmt::format("{} dtype={} hidden={} table_stride={} vec={} index={} target={}{}", op_name(op),
                      dtype_name(dtype), hidden, table_stride, vec, index_type_name(index), target.name(),
-                     weighted ? " weight=yes" : (op == Op::RmsNorm ? " weight=no" : ""));
+                     weighted ? " weight=yes" : (row.describes_weight ? " weight=no" : ""));
 }
 
 std::optional<KernelSpec> parse_spec(std::string_view text) {
@@ -182,7 +154,7 @@ std::optional<KernelSpec> parse_spec(std::string_view text) {
 }
 
 std::string KernelSpec::stem() const {
-  if (is_det_linear(op))
+  if (op_row(op).shape == SpecShape::Linear)
     return fmt::format("{}_{}_k{}_n{}_{}_r{}{}_{}{}", op_name(op), dtype_name(dtype), hidden, out_features,
                        silu ? "silu" : "none", row_tile, grad_dtype == DType::F32 ? "" : "_gbf16",
                        target.ptx ? "compute" : "sm", target.sm);

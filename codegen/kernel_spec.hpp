@@ -14,6 +14,8 @@
 
 namespace exactjit {
 
+/// An op's identity in code. Its name, its stable op code and everything else about it are in its
+/// row of the op table (codegen/op_row.hpp); the enum's order means nothing.
 enum class Op : uint8_t {
   GateResidual,
   AdalnRowGather,
@@ -29,13 +31,12 @@ enum class Op : uint8_t {
   TimestepSinusoidBackward,  ///< d_t
   DetLinearInputGrad,        ///< d_input partials over 64-output chunks (folded by SegmentFold)
   DetLinearWeightGrad,       ///< d_weight and d_bias as ascending-row chains
+  DetLinearInputFold,        ///< bf16 det_linear backward: folds the d_input partials, then SiLU's derivative
   // The segment plan (kernels/segment_plan.hpp) and the fold of tile partials.
   SegmentCount,    ///< hidden = number of index tensors combined into the key (1 or 2)
   SegmentScan,
   SegmentScatter,
   SegmentFold,     ///< dtype = the output's
-  // Appended here so the error-record op codes of the kinds above do not change.
-  DetLinearInputFold,  ///< bf16 det_linear backward: folds the d_input partials, then SiLU's derivative
 };
 enum class DType : uint8_t { F32 = 0, BF16 = 1, F16 = 2 };  // values match templates' StorageOf
 enum class IndexType : uint8_t { I32, I64 };
@@ -85,11 +86,6 @@ struct KernelSpecHash {
 };
 
 std::string_view op_name(Op op);
-/// det_linear and its backward kernels: sized by in_features (hidden) and out_features.
-inline bool is_det_linear(Op op) {
-  return op == Op::DetLinear || op == Op::DetLinearInputGrad || op == Op::DetLinearWeightGrad ||
-         op == Op::DetLinearInputFold;
-}
 /// The name of an op's index argument as kernels report it (templates/error_record.cuh: the
 /// error record's op field carries the op code in its low 16 bits and the argument above).
 std::string_view index_argument_name(Op op, unsigned argument);

@@ -31,12 +31,6 @@ inline constexpr int kRmsNormRowsPerBlock = 1;
 inline constexpr int kRmsNormParamBatch = 12;
 std::string render_rms_norm_constants(const KernelSpec& spec);
 
-/// The backward, segment-plan and fold kernels share one constant block.
-std::string render_backward_constants(const KernelSpec& spec);
-
-/// det_linear: K, N, the row tile and the activation.
-std::string render_det_linear_constants(const KernelSpec& spec);
-
 /// timestep_sinusoid: the channel count is its only specialisation.
 std::string render_sinusoid_constants(const KernelSpec& spec);
 

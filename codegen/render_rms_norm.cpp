@@ -1,5 +1,6 @@
 // exactjit codegen for rms_norm: its specialisation constants. The per-row order of operations is
 // fixed by the template; the constants pick the dtype, H, the modulation table and the weight.
+#include "codegen/op_row.hpp"
 #include "codegen/render.hpp"
 
 #include <fmt/format.h>
@@ -18,7 +19,7 @@ std::string render_rms_norm_constants(const KernelSpec& spec) {
       "constexpr int kRowsPerBlock = {rows_per_block};  // 128 threads per row\n"
       "constexpr int kParamBatch = {param_batch};  // weight/shift/scale quads loaded together\n"
       "constexpr int kTargetArch = {arch};\n",
-      fmt::arg("op_code", static_cast<int>(spec.op) + 1), fmt::arg("dtype", static_cast<int>(spec.dtype)),
+      fmt::arg("op_code", op_row(spec.op).code), fmt::arg("dtype", static_cast<int>(spec.dtype)),
       fmt::arg("dtype_name", dtype_name(spec.dtype)), fmt::arg("index_bytes", spec.index == IndexType::I32 ? 4 : 8),
       fmt::arg("index_name", index_type_name(spec.index)), fmt::arg("hidden", spec.hidden),
       fmt::arg("modulated", spec.table_stride > 0 ? "true" : "false"), fmt::arg("table_stride", spec.table_stride),

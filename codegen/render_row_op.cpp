@@ -1,6 +1,7 @@
 // exactjit codegen for the row-wise ops (gate_residual, adaln_row_gather): their specialisation
 // constants. Both kernels share the constant block, so each reads like the other.
 #include "codegen/geometry.hpp"
+#include "codegen/op_row.hpp"
 #include "codegen/render.hpp"
 
 #include <fmt/format.h>
@@ -15,7 +16,7 @@ std::string render_spec_constants(const KernelSpec& spec) {
       "constexpr int kHidden = {hidden};\n"
       "constexpr long long kTableStride = {table_stride};\n"
       "constexpr int kVec = {vec};\n",
-      fmt::arg("op_code", static_cast<int>(spec.op) + 1), fmt::arg("dtype", static_cast<int>(spec.dtype)),
+      fmt::arg("op_code", op_row(spec.op).code), fmt::arg("dtype", static_cast<int>(spec.dtype)),
       fmt::arg("dtype_name", dtype_name(spec.dtype)), fmt::arg("index_bytes", spec.index == IndexType::I32 ? 4 : 8),
       fmt::arg("index_name", index_type_name(spec.index)), fmt::arg("hidden", spec.hidden),
       fmt::arg("table_stride", spec.table_stride), fmt::arg("vec", spec.vec));

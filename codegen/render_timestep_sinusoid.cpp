@@ -1,5 +1,6 @@
 // exactjit codegen for timestep_sinusoid: the channel count is its only specialisation; the
 // frequency parameters are run-time values, as diffusers passes them.
+#include "codegen/op_row.hpp"
 #include "codegen/render.hpp"
 
 #include <fmt/format.h>
@@ -11,7 +12,7 @@ std::string render_sinusoid_constants(const KernelSpec& spec) {
       "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
       "constexpr int kHidden = {channels};  // channels C\n"
       "constexpr int kTargetArch = {arch};\n",
-      fmt::arg("op_code", static_cast<int>(spec.op) + 1), fmt::arg("channels", spec.hidden),
+      fmt::arg("op_code", op_row(spec.op).code), fmt::arg("channels", spec.hidden),
       fmt::arg("arch", spec.target.sm));
 }
 

@@ -4,6 +4,8 @@
 #include "codegen/geometry.hpp"
 #include "kernels/spec_limits.hpp"
 #include "kernels/tensor_check.hpp"
+#include "codegen/render.hpp"
+#include "kernels/op_rules.hpp"
 
 #include <fmt/format.h>
 
@@ -80,5 +82,18 @@ llvm::Expected<LaunchPlan> plan_adaln_row_gather(const AdalnRowGatherArgs& a) {
   plan.push(static_cast<uint64_t>(table_rows / 3));
   return plan;
 }
+
+namespace {
+std::vector<std::string_view> adaln_row_gather_templates(const KernelSpec&) { return {"adaln_row_gather.cuh"}; }
+std::string adaln_row_gather_rule(const KernelSpec& spec) { return row_op_rule(spec, 6); }
+std::vector<KernelSpec> adaln_row_gather_family(DType dtype, int64_t hidden, int64_t table_stride) {
+  return row_op_family(Op::AdalnRowGather, dtype, hidden, table_stride);
+}
+}  // namespace
+
+const OpRow kAdalnRowGatherRow = {Op::AdalnRowGather, "adaln_row_gather", 2, OpRole::Forward, "adaln_row_gather",
+                                  SpecShape::Rows, false, 6, 0, 1, {"timestep_indices", "token_tags"},
+                                  ErrorValue::Index, "", adaln_row_gather_templates, codegen::render_row_constants,
+                                  adaln_row_gather_rule, adaln_row_gather_family};
 
 }  // namespace exactjit

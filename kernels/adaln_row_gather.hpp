@@ -2,6 +2,7 @@
 // AdaLN chunks (NUMERICS.md), bitwise equal to six index_selects. Validation, spec, geometry.
 #pragma once
 
+#include "codegen/op_row.hpp"
 #include "kernels/launch_plan.hpp"
 
 #include <dlpack/dlpack.h>
@@ -18,5 +19,8 @@ struct AdalnRowGatherArgs {
 
 llvm::Expected<LaunchPlan> plan_adaln_row_gather(const AdalnRowGatherArgs& args);
 
+
+/// adaln_row_gather's row of the op table.
+extern const OpRow kAdalnRowGatherRow;
 
 }  // namespace exactjit

@@ -5,6 +5,7 @@
 #include "kernels/backward_check.hpp"
 #include "kernels/segment_plan.hpp"
 #include "kernels/spec_limits.hpp"
+#include "kernels/op_rules.hpp"
 
 #include <fmt/format.h>
 
@@ -77,5 +78,24 @@ llvm::Expected<LaunchSequence> plan_adaln_row_gather_backward(const AdalnRowGath
                   data_address(a.d_rows));
   return sequence;
 }
+
+namespace {
+std::vector<std::string_view> adaln_row_gather_backward_templates(const KernelSpec&) {
+  return {"fixed_order_sum.cuh", "segment_tiles.cuh", "adaln_row_gather_backward.cuh"};
+}
+// d_rows is a dense (3T, 6H) gradient: no table stride.
+std::vector<KernelSpec> adaln_row_gather_backward_family(DType dtype, int64_t hidden, int64_t) {
+  return backward_vec_family(Op::AdalnRowGatherBackward, dtype, hidden, 0);
+}
+std::string adaln_row_gather_backward_constants(const KernelSpec& spec) {
+  return render_backward_constants(spec, false);
+}
+}  // namespace
+
+const OpRow kAdalnRowGatherBackwardRow = {
+    Op::AdalnRowGatherBackward, "adaln_row_gather_backward", 7, OpRole::Backward, "adaln_row_gather",
+    SpecShape::Rows, false, 1, 128, 8, {"timestep_indices", "token_tags"}, ErrorValue::Index, "",
+    adaln_row_gather_backward_templates, adaln_row_gather_backward_constants, backward_vec_rule,
+    adaln_row_gather_backward_family};
 
 }  // namespace exactjit

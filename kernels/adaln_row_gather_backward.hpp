@@ -2,6 +2,7 @@
 // gathered it, for each of the six chunks (NUMERICS.md).
 #pragma once
 
+#include "codegen/op_row.hpp"
 #include "kernels/launch_plan.hpp"
 
 #include <dlpack/dlpack.h>
@@ -20,5 +21,8 @@ struct AdalnRowGatherBackwardArgs {
 int64_t adaln_row_gather_backward_workspace(int64_t seq, int64_t table_rows, int64_t hidden);
 
 llvm::Expected<LaunchSequence> plan_adaln_row_gather_backward(const AdalnRowGatherBackwardArgs& args);
+
+/// adaln_row_gather_backward's row of the op table.
+extern const OpRow kAdalnRowGatherBackwardRow;
 
 }  // namespace exactjit

@@ -3,6 +3,7 @@
 
 #include "kernels/spec_limits.hpp"
 #include "kernels/tensor_check.hpp"
+#include "kernels/det_linear_backward.hpp"
 
 #include <fmt/format.h>
 
@@ -146,5 +147,70 @@ llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& a, const DeviceT
   plan.push(static_cast<uint64_t>(rows));
   return plan;
 }
+
+std::string render_det_linear_constants(const KernelSpec& spec) {
+  std::string geometry;
+  if (spec.op == Op::DetLinear) {
+    const DetLinearGeometry g = det_linear_geometry(spec.dtype, spec.hidden, spec.out_features, spec.target.sm);
+    geometry = fmt::format(
+        "constexpr int kWarps = {warps};  // per block\n"
+        "constexpr int kColumnsPerWarp = {columns};\n"
+        "constexpr int kDepth = {depth};  // weight loads in flight per lane (fp32: groups; bf16: 32-wide chunks)\n"
+        "constexpr int kTileChunks = {tile};  // bf16: 32-wide chunks of x staged at a time\n"
+        "constexpr int kStageChunks = {stage_chunks};  // bf16 bulk copies: chunks per ring slot\n"
+        "constexpr int kStages = {stages};  // bf16 bulk copies: ring slots per warp\n",
+        fmt::arg("warps", g.warps), fmt::arg("columns", g.columns_per_warp), fmt::arg("depth", g.depth),
+        fmt::arg("tile", g.tile_chunks), fmt::arg("stage_chunks", g.stage_chunks), fmt::arg("stages", g.stages));
+  }
+  if (spec.op != Op::DetLinear && spec.dtype == DType::BF16)  // the bf16 backward (det_linear_backward.hpp)
+    geometry = fmt::format(
+        "constexpr bool kGradBf16 = {grad_bf16};  // the incoming gradient: bf16 (else fp32)\n"
+        "constexpr int kThreads = {threads};  // per block (partials, weight grad: 8 inputs k per thread)\n"
+        "constexpr int kFoldDepth = {depth};  // fold: partials loaded ahead per thread\n",
+        fmt::arg("grad_bf16", spec.grad_dtype == DType::BF16 ? "true" : "false"),
+        fmt::arg("threads", det_linear_bf16_backward_threads(spec.op, spec.hidden)),
+        fmt::arg("depth", kDetLinearFoldDepth));
+  return fmt::format(
+             "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
+             "constexpr int kInFeatures = {k};\n"
+             "constexpr long long kOutFeatures = {n};\n"
+             "constexpr int kRowTile = {rows};\n"
+             "constexpr bool kSilu = {silu};  // fp32: SiLU on the output; bf16: on the input before the cast\n"
+             "constexpr int kMode = {mode};  // backward: 0 input partials, 1 weight and bias, 2 input fold (bf16)\n"
+             "constexpr int kTargetArch = {arch};\n",
+             fmt::arg("op_code", op_row(spec.op).code), fmt::arg("k", spec.hidden), fmt::arg("n", spec.out_features),
+             fmt::arg("rows", spec.row_tile), fmt::arg("silu", spec.silu ? "true" : "false"),
+             fmt::arg("mode", spec.op == Op::DetLinearWeightGrad ? 1 : spec.op == Op::DetLinearInputFold ? 2 : 0),
+             fmt::arg("arch", spec.target.sm)) +
+         geometry;
+}
+
+namespace {
+std::vector<std::string_view> det_linear_templates(const KernelSpec& spec) {
+  if (spec.dtype == DType::F32) return {"fixed_order_sum.cuh", "det_linear_fp32.cuh"};
+  return {"det_linear_bf16_chunk.cuh",
+          det_linear_geometry(spec.dtype, spec.hidden, spec.out_features, spec.target.sm).bulk
+              ? "det_linear_bf16_bulk.cuh"
+              : "det_linear_bf16.cuh"};
+}
+std::string det_linear_rule(const KernelSpec& spec) {
+  if (spec.dtype == DType::F16) return "det_linear weights are bf16 or fp32";
+  if (spec.dtype == DType::BF16 && spec.target.sm < 80)
+    return "det_linear with bf16 weights needs sm_80 or newer (bf16 tensor-core mma)";
+  if (spec.hidden % (spec.dtype == DType::BF16 ? 16 : 4) != 0)
+    return "in_features must be a multiple of 16 (bf16) or 4 (fp32)";
+  if (spec.row_tile != kRowTile) return "the row tile is 8";
+  return {};
+}
+// Both activations; `hidden` is in_features K and `table_stride` out_features N.
+std::vector<KernelSpec> det_linear_family(DType dtype, int64_t in_features, int64_t out_features) {
+  return {det_linear_spec(dtype, in_features, out_features, false),
+          det_linear_spec(dtype, in_features, out_features, true)};
+}
+}  // namespace
+
+const OpRow kDetLinearRow = {Op::DetLinear, "det_linear", 5, OpRole::Forward, "det_linear", SpecShape::Linear, false,
+                             1, 0, 1, {"index", "index"}, ErrorValue::Index, "", det_linear_templates,
+                             render_det_linear_constants, det_linear_rule, det_linear_family};
 
 }  // namespace exactjit

@@ -4,6 +4,7 @@
 // groups, input rT(silu(x)) or rT(x) cast while staging, bf16 out (the AdaLN table); sm_80+.
 #pragma once
 
+#include "codegen/op_row.hpp"
 #include "kernels/launch_plan.hpp"
 
 #include <dlpack/dlpack.h>
@@ -45,5 +46,11 @@ DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, i
 /// The spec of one det_linear kernel (row tile 8); `op` is DetLinear or one of its backward kernels.
 KernelSpec det_linear_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu,
                            Op op = Op::DetLinear);
+
+/// det_linear's row of the op table.
+extern const OpRow kDetLinearRow;
+/// The constant block of det_linear and its backward kernels (K, N, the row tile, the activation,
+/// the geometry).
+std::string render_det_linear_constants(const KernelSpec& spec);
 
 }  // namespace exactjit

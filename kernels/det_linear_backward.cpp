@@ -8,6 +8,8 @@
 #include "kernels/spec_limits.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <llvm/ADT/STLExtras.h>
 
 #include <algorithm>
 
@@ -177,5 +179,59 @@ llvm::Expected<LaunchSequence> plan_det_linear_backward(const DetLinearBackwardA
   }
   return sequence;
 }
+
+namespace {
+std::vector<std::string_view> backward_templates(const KernelSpec& spec) {
+  return {"fixed_order_sum.cuh", spec.dtype == DType::F32 ? "det_linear_grad.cuh" : "det_linear_grad_bf16.cuh"};
+}
+std::string backward_rule(const KernelSpec& spec) {
+  if (spec.dtype == DType::F16) return "det_linear weights are bf16 or fp32";
+  if (spec.dtype == DType::F32 && (spec.op == Op::DetLinearInputFold || spec.grad_dtype != DType::F32))
+    return "the fp32 det_linear backward takes an fp32 gradient and folds with segment_fold";
+  if (spec.dtype == DType::BF16 && (spec.grad_dtype == DType::F16 || spec.hidden % 16 != 0))
+    return "the bf16 det_linear backward takes a bf16 or fp32 gradient and in_features % 16 == 0";
+  if (const llvm::ArrayRef<int> tiles = det_linear_backward_row_tiles(spec.dtype, spec.op);
+      !llvm::is_contained(tiles, spec.row_tile))
+    return fmt::format("rows (the row tile) must be in {{{}}} (got {})", fmt::join(tiles, ", "), spec.row_tile);
+  return {};
+}
+// Both activations; fp32 weights: one kernel each (no fold); bf16 weights: both gradient dtypes
+// at every row tile, so a cache shipped read-only serves every T.
+std::vector<KernelSpec> backward_family(Op op, DType dtype, int64_t in_features, int64_t out_features) {
+  std::vector<KernelSpec> specs;
+  for (bool silu : {false, true}) {
+    if (dtype != DType::BF16) {
+      if (op != Op::DetLinearInputFold) specs.push_back(det_linear_spec(DType::F32, in_features, out_features, silu, op));
+      continue;
+    }
+    for (DType grad : {DType::BF16, DType::F32})
+      for (int rows : det_linear_backward_row_tiles(DType::BF16, op))
+        specs.push_back(det_linear_backward_spec(DType::BF16, in_features, out_features, silu, op, grad, rows));
+  }
+  return specs;
+}
+std::vector<KernelSpec> input_grad_family(DType dtype, int64_t k, int64_t n) {
+  return backward_family(Op::DetLinearInputGrad, dtype, k, n);
+}
+std::vector<KernelSpec> input_fold_family(DType dtype, int64_t k, int64_t n) {
+  return backward_family(Op::DetLinearInputFold, dtype, k, n);
+}
+std::vector<KernelSpec> weight_grad_family(DType dtype, int64_t k, int64_t n) {
+  return backward_family(Op::DetLinearWeightGrad, dtype, k, n);
+}
+}  // namespace
+
+const OpRow kDetLinearInputGradRow = {
+    Op::DetLinearInputGrad, "det_linear_input_grad", 12, OpRole::Backward, "det_linear", SpecShape::Linear, false, 1,
+    0, 1, {"index", "index"}, ErrorValue::Index, "", backward_templates, render_det_linear_constants, backward_rule,
+    input_grad_family};
+const OpRow kDetLinearInputFoldRow = {
+    Op::DetLinearInputFold, "det_linear_input_fold", 18, OpRole::Backward, "det_linear", SpecShape::Linear, false, 1,
+    0, 1, {"index", "index"}, ErrorValue::Index, "", backward_templates, render_det_linear_constants, backward_rule,
+    input_fold_family};
+const OpRow kDetLinearWeightGradRow = {
+    Op::DetLinearWeightGrad, "det_linear_weight_grad", 13, OpRole::Backward, "det_linear", SpecShape::Linear, false,
+    1, 0, 1, {"index", "index"}, ErrorValue::Index, "", backward_templates, render_det_linear_constants,
+    backward_rule, weight_grad_family};
 
 }  // namespace exactjit

@@ -6,6 +6,7 @@
 // derivative at temb), d_weight and d_bias bf16 (one rounding each).
 #pragma once
 
+#include "codegen/op_row.hpp"
 #include "kernels/launch_plan.hpp"
 
 #include <dlpack/dlpack.h>
@@ -55,5 +56,10 @@ int det_linear_backward_row_tile(DType weight_dtype, Op op, int64_t rows);
 /// weights only).
 KernelSpec det_linear_backward_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu, Op op,
                                     DType grad_dtype, int64_t rows);
+
+/// The rows of det_linear's backward kernels: the input partials, their fold (bf16), the weight.
+extern const OpRow kDetLinearInputGradRow;
+extern const OpRow kDetLinearInputFoldRow;
+extern const OpRow kDetLinearWeightGradRow;
 
 }  // namespace exactjit

@@ -4,6 +4,8 @@
 #include "codegen/geometry.hpp"
 #include "kernels/spec_limits.hpp"
 #include "kernels/tensor_check.hpp"
+#include "codegen/render.hpp"
+#include "kernels/op_rules.hpp"
 
 #include <fmt/format.h>
 
@@ -100,5 +102,20 @@ llvm::Expected<LaunchPlan> plan_gate_residual(const GateResidualArgs& a) {
   plan.push(static_cast<uint64_t>(table_rows));
   return plan;
 }
+
+namespace {
+std::vector<std::string_view> gate_residual_templates(const KernelSpec&) {
+  return {"gate_residual_math.cuh", "gate_residual.cuh"};
+}
+std::string gate_residual_rule(const KernelSpec& spec) { return row_op_rule(spec, 1); }
+std::vector<KernelSpec> gate_residual_family(DType dtype, int64_t hidden, int64_t table_stride) {
+  return row_op_family(Op::GateResidual, dtype, hidden, table_stride);
+}
+}  // namespace
+
+const OpRow kGateResidualRow = {Op::GateResidual, "gate_residual", 1, OpRole::Forward, "gate_residual",
+                                SpecShape::Rows, false, 1, 0, 1, {"index", "index"}, ErrorValue::Index, "",
+                                gate_residual_templates, codegen::render_row_constants, gate_residual_rule,
+                                gate_residual_family};
 
 }  // namespace exactjit

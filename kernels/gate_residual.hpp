@@ -2,6 +2,7 @@
 // Validation, spec and geometry; the runtime compiles and launches the plan.
 #pragma once
 
+#include "codegen/op_row.hpp"
 #include "kernels/launch_plan.hpp"
 
 #include <dlpack/dlpack.h>
@@ -20,5 +21,8 @@ struct GateResidualArgs {
 /// Checks every rule and returns the launch plan (grid 0 when M == 0).
 llvm::Expected<LaunchPlan> plan_gate_residual(const GateResidualArgs& args);
 
+
+/// gate_residual's row of the op table.
+extern const OpRow kGateResidualRow;
 
 }  // namespace exactjit

@@ -5,6 +5,7 @@
 #include "kernels/backward_check.hpp"
 #include "kernels/segment_plan.hpp"
 #include "kernels/spec_limits.hpp"
+#include "kernels/op_rules.hpp"
 
 #include <fmt/format.h>
 
@@ -87,5 +88,24 @@ llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBac
     add_fold_launch(sequence, &layout, ws, device, *dtype, partials, layout.max_tiles, hidden, data_address(*a.d_gate));
   return sequence;
 }
+
+namespace {
+std::vector<std::string_view> gate_residual_backward_templates(const KernelSpec&) {
+  return {"fixed_order_sum.cuh", "segment_tiles.cuh", "gate_residual_backward.cuh"};
+}
+std::string gate_residual_backward_rule(const KernelSpec& spec) {
+  if (spec.table_stride < spec.hidden) return "table stride must be >= hidden";
+  return backward_vec_rule(spec);
+}
+std::vector<KernelSpec> gate_residual_backward_family(DType dtype, int64_t hidden, int64_t table_stride) {
+  return backward_vec_family(Op::GateResidualBackward, dtype, hidden, table_stride);
+}
+std::string gate_residual_backward_constants(const KernelSpec& spec) { return render_backward_constants(spec, false); }
+}  // namespace
+
+const OpRow kGateResidualBackwardRow = {
+    Op::GateResidualBackward, "gate_residual_backward", 6, OpRole::Backward, "gate_residual", SpecShape::Rows, false,
+    1, 128, 8, {"index", "index"}, ErrorValue::Index, "", gate_residual_backward_templates,
+    gate_residual_backward_constants, gate_residual_backward_rule, gate_residual_backward_family};
 
 }  // namespace exactjit

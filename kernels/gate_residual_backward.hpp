@@ -2,6 +2,7 @@
 // eager's VJP) and d_gate = segment sums of grad * y, from one pass over grad and y.
 #pragma once
 
+#include "codegen/op_row.hpp"
 #include "kernels/launch_plan.hpp"
 
 #include <dlpack/dlpack.h>
@@ -23,5 +24,8 @@ struct GateResidualBackwardArgs {
 int64_t gate_residual_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden);
 
 llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBackwardArgs& args);
+
+/// gate_residual_backward's row of the op table.
+extern const OpRow kGateResidualBackwardRow;
 
 }  // namespace exactjit

@@ -4,6 +4,7 @@
 #include "codegen/render.hpp"
 #include "kernels/spec_limits.hpp"
 #include "kernels/tensor_check.hpp"
+#include "kernels/op_rules.hpp"
 
 #include <fmt/format.h>
 #include <llvm/ADT/SmallVector.h>
@@ -127,5 +128,22 @@ llvm::Expected<LaunchPlan> plan_rms_norm(const RmsNormArgs& a) {
   plan.push_float(static_cast<float>(a.eps));
   return plan;
 }
+
+namespace {
+std::vector<std::string_view> rms_norm_templates(const KernelSpec&) {
+  return {"quad_io.cuh", "row_sum.cuh", "rms_norm.cuh"};
+}
+// Fixed 4-element vectors; weighted and unweighted; both index types where modulated.
+std::vector<KernelSpec> rms_norm_family(DType dtype, int64_t hidden, int64_t table_stride) {
+  std::vector<KernelSpec> specs;
+  for (IndexType index : index_types_for(table_stride))
+    for (bool weighted : {true, false}) specs.push_back(rms_norm_spec(dtype, index, hidden, table_stride, weighted));
+  return specs;
+}
+}  // namespace
+
+const OpRow kRmsNormRow = {Op::RmsNorm, "rms_norm", 3, OpRole::Forward, "rms_norm", SpecShape::Rows, true, 1, 0, 1,
+                           {"index", "index"}, ErrorValue::Index, "", rms_norm_templates,
+                           codegen::render_rms_norm_constants, rms_norm_rule, rms_norm_family};
 
 }  // namespace exactjit

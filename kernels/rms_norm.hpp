@@ -2,6 +2,7 @@
 // modulation n * (1 + scale[i]) + shift[i] gathered from table views (NUMERICS.md).
 #pragma once
 
+#include "codegen/op_row.hpp"
 #include "kernels/launch_plan.hpp"
 
 #include <dlpack/dlpack.h>
@@ -24,5 +25,8 @@ llvm::Expected<LaunchPlan> plan_rms_norm(const RmsNormArgs& args);
 
 /// table_stride 0 = plain; > 0 = modulated with tables of that row stride.
 KernelSpec rms_norm_spec(DType dtype, IndexType index, int64_t hidden, int64_t table_stride, bool weighted);
+
+/// rms_norm's row of the op table.
+extern const OpRow kRmsNormRow;
 
 }  // namespace exactjit

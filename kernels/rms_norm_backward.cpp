@@ -6,6 +6,7 @@
 #include "kernels/backward_check.hpp"
 #include "kernels/segment_plan.hpp"
 #include "kernels/spec_limits.hpp"
+#include "kernels/op_rules.hpp"
 
 #include <fmt/format.h>
 #include <llvm/ADT/SmallVector.h>
@@ -188,5 +189,46 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
   }
   return sequence;
 }
+
+namespace {
+std::vector<std::string_view> dx_templates(const KernelSpec&) {
+  return {"quad_io.cuh", "fixed_order_sum.cuh", "row_sum.cuh", "rms_norm_backward.cuh"};
+}
+std::vector<std::string_view> param_grad_templates(const KernelSpec&) {
+  return {"quad_io.cuh", "fixed_order_sum.cuh", "segment_tiles.cuh", "rms_norm_param_grad.cuh"};
+}
+std::string dx_constants(const KernelSpec& spec) { return render_backward_constants(spec, false); }
+std::string table_grad_constants(const KernelSpec& spec) { return render_backward_constants(spec, true); }
+// dx: both index types where modulated, weighted and unweighted.
+std::vector<KernelSpec> dx_family(DType dtype, int64_t hidden, int64_t table_stride) {
+  std::vector<KernelSpec> specs;
+  for (IndexType index : index_types_for(table_stride))
+    for (bool weighted : {true, false})
+      specs.push_back(make_spec(Op::RmsNormBackward, dtype, index, hidden, table_stride, 4, weighted));
+  return specs;
+}
+// dshift/dscale over segment tiles of table rows: the table stride is not the kernel's.
+std::vector<KernelSpec> table_grad_family(DType dtype, int64_t hidden, int64_t) {
+  return {make_spec(Op::RmsNormTableGrad, dtype, IndexType::I64, hidden, 0, 4, true),
+          make_spec(Op::RmsNormTableGrad, dtype, IndexType::I64, hidden, 0, 4, false)};
+}
+std::vector<KernelSpec> weight_grad_family(DType dtype, int64_t hidden, int64_t table_stride) {
+  std::vector<KernelSpec> specs;
+  for (IndexType index : index_types_for(table_stride))
+    specs.push_back(make_spec(Op::RmsNormWeightGrad, dtype, index, hidden, table_stride, 4));
+  return specs;
+}
+}  // namespace
+
+const OpRow kRmsNormBackwardRow = {Op::RmsNormBackward, "rms_norm_backward", 8, OpRole::Backward, "rms_norm",
+                                   SpecShape::Rows, false, 1, 128, 1, {"index", "index"}, ErrorValue::Index, "",
+                                   dx_templates, dx_constants, rms_norm_rule, dx_family};
+const OpRow kRmsNormTableGradRow = {Op::RmsNormTableGrad, "rms_norm_table_grad", 9, OpRole::Backward, "rms_norm",
+                                    SpecShape::Rows, false, 1, 128, 4, {"index", "index"}, ErrorValue::Index, "",
+                                    param_grad_templates, table_grad_constants, rms_norm_rule, table_grad_family};
+const OpRow kRmsNormWeightGradRow = {Op::RmsNormWeightGrad, "rms_norm_weight_grad", 10, OpRole::Backward,
+                                     "rms_norm", SpecShape::Rows, false, 1, 128, 4, {"index", "index"},
+                                     ErrorValue::Index, "", param_grad_templates, dx_constants, rms_norm_rule,
+                                     weight_grad_family};
 
 }  // namespace exactjit

@@ -3,6 +3,7 @@
 // segment sums over the table rows (n recomputed exactly as in the forward).
 #pragma once
 
+#include "codegen/op_row.hpp"
 #include "kernels/launch_plan.hpp"
 
 #include <dlpack/dlpack.h>
@@ -29,5 +30,10 @@ struct RmsNormBackwardArgs {
 int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, bool weighted);
 
 llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs& args);
+
+/// The rows of rms_norm's backward kernels: dx, the table gradients, the weight gradient.
+extern const OpRow kRmsNormBackwardRow;
+extern const OpRow kRmsNormTableGradRow;
+extern const OpRow kRmsNormWeightGradRow;
 
 }  // namespace exactjit

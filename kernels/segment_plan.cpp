@@ -1,6 +1,12 @@
 // exactjit segment plan: workspace layout and launches (see segment_plan.hpp).
 #include "kernels/segment_plan.hpp"
 
+#include "codegen/geometry.hpp"
+#include "codegen/render.hpp"
+#include "kernels/op_rules.hpp"
+
+#include <fmt/format.h>
+
 namespace exactjit {
 
 SegmentLayout segment_layout(int64_t rows, int64_t seq, int64_t table_rows) {
@@ -31,18 +37,20 @@ SegmentLayout segment_layout(int64_t rows, int64_t seq, int64_t table_rows) {
 
 void add_plan_launches(LaunchSequence& sequence, const SegmentLayout& l, uint64_t workspace, int device_id,
                        IndexType index_type, uint64_t first, uint64_t second, int64_t first_bound, Op report_op) {
-  LaunchPlan& count = sequence.add(make_spec(Op::SegmentCount, DType::F32, index_type, second ? 2 : 1, 0, 1),
-                                   device_id, static_cast<uint32_t>(l.chunks), 256);
+  const KernelSpec count_spec = make_spec(Op::SegmentCount, DType::F32, index_type, second ? 2 : 1, 0, 1);
+  LaunchPlan& count = sequence.add(count_spec, device_id, static_cast<uint32_t>(l.chunks),
+                                   codegen::backward_threads(count_spec));
   count.push(first);
   count.push(second);
   count.push(static_cast<uint64_t>(l.seq));
   count.push(static_cast<uint64_t>(l.table_rows));
   count.push(static_cast<uint64_t>(first_bound));
-  count.push(static_cast<uint64_t>(report_op) + 1);  // error-record op codes are op + 1
+  count.push(op_row(report_op).code);  // the error record names the op whose index is bad
   count.push(workspace + l.keys);
   count.push(workspace + l.chunk_counts);
 
-  LaunchPlan& scan = sequence.add(make_spec(Op::SegmentScan, DType::F32, IndexType::I64, 1, 0, 1), device_id, 1, 256);
+  const KernelSpec scan_spec = make_spec(Op::SegmentScan, DType::F32, IndexType::I64, 1, 0, 1);
+  LaunchPlan& scan = sequence.add(scan_spec, device_id, 1, codegen::backward_threads(scan_spec));
   scan.push(workspace + l.chunk_counts);
   scan.push(static_cast<uint64_t>(l.chunks));
   scan.push(static_cast<uint64_t>(l.table_rows));
@@ -53,8 +61,9 @@ void add_plan_launches(LaunchSequence& sequence, const SegmentLayout& l, uint64_
   scan.push(workspace + l.tile_row);
   scan.push(static_cast<uint64_t>(l.max_tiles));
 
-  LaunchPlan& scatter = sequence.add(make_spec(Op::SegmentScatter, DType::F32, IndexType::I64, 1, 0, 1), device_id,
-                                     static_cast<uint32_t>(l.chunks), 256);
+  const KernelSpec scatter_spec = make_spec(Op::SegmentScatter, DType::F32, IndexType::I64, 1, 0, 1);
+  LaunchPlan& scatter = sequence.add(scatter_spec, device_id, static_cast<uint32_t>(l.chunks),
+                                     codegen::backward_threads(scatter_spec));
   scatter.push(workspace + l.keys);
   scatter.push(static_cast<uint64_t>(l.seq));
   scatter.push(static_cast<uint64_t>(l.table_rows));
@@ -75,8 +84,9 @@ void push_plan_params(LaunchPlan& plan, const SegmentLayout& l, uint64_t workspa
 
 void add_fold_launch(LaunchSequence& sequence, const SegmentLayout* l, uint64_t workspace, int device_id, DType dtype,
                      uint64_t partials, int64_t tiles, int64_t width, uint64_t out) {
-  LaunchPlan& fold = sequence.add(make_spec(Op::SegmentFold, dtype, IndexType::I64, 1, 0, 1), device_id,
-                                  static_cast<uint32_t>((width + 255) / 256), 256);
+  const KernelSpec fold_spec = make_spec(Op::SegmentFold, dtype, IndexType::I64, 1, 0, 1);
+  const int threads = codegen::backward_threads(fold_spec);
+  LaunchPlan& fold = sequence.add(fold_spec, device_id, static_cast<uint32_t>((width + threads - 1) / threads), threads);
   fold.grid_y = static_cast<uint32_t>(l ? l->table_rows : 1);
   fold.push(partials);
   fold.push(l ? workspace + l->row_tile_start : 0);
@@ -84,5 +94,61 @@ void add_fold_launch(LaunchSequence& sequence, const SegmentLayout* l, uint64_t 
   fold.push(static_cast<uint64_t>(width));
   fold.push(out);
 }
+
+std::string render_backward_constants(const KernelSpec& spec, bool segmented) {
+  return codegen::render_spec_constants(spec) +
+         fmt::format(
+             "constexpr bool kWeighted = {weighted};\n"
+             "constexpr bool kSegmented = {segmented};  // rms_norm parameter grads: table rows (segment tiles)\n"
+             "constexpr int kThreads = {threads};\n"
+             "constexpr int kRowUnroll = {unroll};  // tile kernels: rows loaded before their adds\n"
+             "constexpr long long kTilePositions = {tile};\n"
+             "constexpr long long kChunkPositions = {chunk};\n"
+             "constexpr int kMaxTableRows = {max_rows};\n"
+             "constexpr int kTargetArch = {arch};\n",
+             fmt::arg("weighted", spec.weighted ? "true" : "false"), fmt::arg("segmented", segmented ? "true" : "false"),
+             fmt::arg("threads", codegen::backward_threads(spec)), fmt::arg("unroll", codegen::backward_row_unroll(spec)),
+             fmt::arg("tile", kTilePositions), fmt::arg("chunk", kChunkPositions), fmt::arg("max_rows", kMaxPlanTableRows),
+             fmt::arg("arch", spec.target.sm));
+}
+
+namespace {
+std::string plan_constants(const KernelSpec& spec) { return render_backward_constants(spec, false); }
+std::vector<std::string_view> count_templates(const KernelSpec&) { return {"segment_count.cuh"}; }
+std::vector<std::string_view> scan_templates(const KernelSpec&) { return {"segment_scan.cuh"}; }
+std::vector<std::string_view> scatter_templates(const KernelSpec&) { return {"segment_scatter.cuh"}; }
+std::vector<std::string_view> fold_templates(const KernelSpec&) { return {"fixed_order_sum.cuh", "segment_fold.cuh"}; }
+std::string count_rule(const KernelSpec& spec) {
+  return spec.hidden > 2 ? "segment_count combines 1 or 2 index tensors (hidden = 1 or 2)" : "";
+}
+// segment_count: `hidden` index tensors per key (1, or 2 for adaln_row_gather), either index type.
+std::vector<KernelSpec> count_family(DType, int64_t keys, int64_t) {
+  return {make_spec(Op::SegmentCount, DType::F32, IndexType::I64, keys, 0, 1),
+          make_spec(Op::SegmentCount, DType::F32, IndexType::I32, keys, 0, 1)};
+}
+std::vector<KernelSpec> scan_family(DType, int64_t, int64_t) {
+  return {make_spec(Op::SegmentScan, DType::F32, IndexType::I64, 1, 0, 1)};
+}
+std::vector<KernelSpec> scatter_family(DType, int64_t, int64_t) {
+  return {make_spec(Op::SegmentScatter, DType::F32, IndexType::I64, 1, 0, 1)};
+}
+// The fold writes the output's dtype.
+std::vector<KernelSpec> fold_family(DType dtype, int64_t, int64_t) {
+  return {make_spec(Op::SegmentFold, dtype, IndexType::I64, 1, 0, 1)};
+}
+}  // namespace
+
+const OpRow kSegmentCountRow = {Op::SegmentCount, "segment_count", 14, OpRole::Plan, "segment_plan", SpecShape::Rows,
+                                false, 1, 256, 1, {"index", "index"}, ErrorValue::Index, "", count_templates,
+                                plan_constants, count_rule, count_family};
+const OpRow kSegmentScanRow = {Op::SegmentScan, "segment_scan", 15, OpRole::Plan, "segment_plan", SpecShape::Rows,
+                               false, 1, 256, 1, {"index", "index"}, ErrorValue::Index, "", scan_templates,
+                               plan_constants, no_rule, scan_family};
+const OpRow kSegmentScatterRow = {Op::SegmentScatter, "segment_scatter", 16, OpRole::Plan, "segment_plan",
+                                  SpecShape::Rows, false, 1, 256, 1, {"index", "index"}, ErrorValue::Index, "",
+                                  scatter_templates, plan_constants, no_rule, scatter_family};
+const OpRow kSegmentFoldRow = {Op::SegmentFold, "segment_fold", 17, OpRole::Plan, "segment_plan", SpecShape::Rows,
+                               false, 1, 256, 1, {"index", "index"}, ErrorValue::Index, "", fold_templates,
+                               plan_constants, no_rule, fold_family};
 
 }  // namespace exactjit

@@ -9,6 +9,7 @@
 // segment_scatter (stable placement). All of it lives in the caller's workspace.
 #pragma once
 
+#include "codegen/op_row.hpp"
 #include "kernels/checked_size.hpp"
 #include "kernels/launch_plan.hpp"
 
@@ -49,5 +50,14 @@ void push_plan_params(LaunchPlan& plan, const SegmentLayout& layout, uint64_t wo
 /// table row of the plan, or a single row of `tiles` tiles when layout is null.
 void add_fold_launch(LaunchSequence& sequence, const SegmentLayout* layout, uint64_t workspace, int device_id,
                      DType dtype, uint64_t partials, int64_t tiles, int64_t width, uint64_t out);
+
+/// The rows of the segment plan's kernels and of the fold.
+extern const OpRow kSegmentCountRow;
+extern const OpRow kSegmentScanRow;
+extern const OpRow kSegmentScatterRow;
+extern const OpRow kSegmentFoldRow;
+/// The constant block the backward, segment-plan and fold kernels share (each template reads
+/// the constants it needs); `segmented`: rms_norm's parameter gradients over table rows.
+std::string render_backward_constants(const KernelSpec& spec, bool segmented);
 
 }  // namespace exactjit

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "codegen/kernel_spec.hpp"
+#include "codegen/op_row.hpp"
 
 #include <fmt/format.h>
 
@@ -43,11 +44,17 @@ inline std::string cap_rule(const SizeCap& cap, int64_t value) {
   return fmt::format("{} must be in [1, {}] (got {})", cap.field, cap.max, value);
 }
 
+/// The oldest architecture exactjit generates kernels for.
+inline constexpr int kMinTargetSm = 75;
+
 /// The cap of a spec's `hidden` field, which is H, det_linear's in_features K or the sinusoid's
-/// channels C by op (the segment kernels' key count has its own rule in validate_spec).
+/// channels C by the op's shape (the segment kernels' key count has its own rule in their row).
 inline const SizeCap& hidden_cap(Op op) {
-  if (is_det_linear(op)) return kInFeaturesCap;
-  if (op == Op::TimestepSinusoid || op == Op::TimestepSinusoidBackward) return kChannelsCap;
+  switch (op_row(op).shape) {
+    case SpecShape::Linear: return kInFeaturesCap;
+    case SpecShape::Channels: return kChannelsCap;
+    case SpecShape::Rows: break;
+  }
   return kHiddenCap;
 }
 

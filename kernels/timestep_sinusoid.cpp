@@ -3,6 +3,8 @@
 
 #include "kernels/spec_limits.hpp"
 #include "kernels/tensor_check.hpp"
+#include "codegen/render.hpp"
+#include "kernels/segment_plan.hpp"
 
 #include <fmt/format.h>
 
@@ -103,5 +105,28 @@ llvm::Expected<LaunchPlan> plan_timestep_sinusoid_backward(const TimestepSinusoi
   push_frequency_params(plan, a.params, channels / 2);
   return plan;
 }
+
+namespace {
+std::vector<std::string_view> sinusoid_templates(const KernelSpec&) { return {"timestep_sinusoid.cuh"}; }
+std::vector<std::string_view> sinusoid_backward_templates(const KernelSpec&) {
+  return {"row_sum.cuh", "timestep_sinusoid_backward.cuh"};
+}
+std::string channels_rule(const KernelSpec& spec) { return spec.hidden < 2 ? "channels must be >= 2" : ""; }
+// fp32 only, whatever the dtype asked for; `hidden` is the channel count.
+std::vector<KernelSpec> sinusoid_family(DType, int64_t channels, int64_t) { return {timestep_sinusoid_spec(channels)}; }
+std::vector<KernelSpec> sinusoid_backward_family(DType, int64_t channels, int64_t) {
+  return {make_spec(Op::TimestepSinusoidBackward, DType::F32, IndexType::I64, channels, 0, 1)};
+}
+}  // namespace
+
+const OpRow kTimestepSinusoidRow = {Op::TimestepSinusoid, "timestep_sinusoid", 4, OpRole::Forward,
+                                    "timestep_sinusoid", SpecShape::Channels, false, 1, 0, 1, {"t", "t"},
+                                    ErrorValue::FloatBits, "a finite value in [0, 1] (check_range)",
+                                    sinusoid_templates, codegen::render_sinusoid_constants, channels_rule,
+                                    sinusoid_family};
+const OpRow kTimestepSinusoidBackwardRow = {
+    Op::TimestepSinusoidBackward, "timestep_sinusoid_backward", 11, OpRole::Backward, "timestep_sinusoid",
+    SpecShape::Channels, false, 1, 128, 1, {"t", "t"}, ErrorValue::Index, "", sinusoid_backward_templates,
+    [](const KernelSpec& spec) { return render_backward_constants(spec, false); }, channels_rule, sinusoid_backward_family};
 
 }  // namespace exactjit

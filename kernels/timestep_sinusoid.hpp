@@ -2,6 +2,7 @@
 // evaluating diffusers' expression (NUMERICS.md). fp32 (T,) timesteps -> fp32 (T, C).
 #pragma once
 
+#include "codegen/op_row.hpp"
 #include "kernels/launch_plan.hpp"
 
 #include <dlpack/dlpack.h>
@@ -43,5 +44,9 @@ struct TimestepSinusoidBackwardArgs {
 };
 
 llvm::Expected<LaunchPlan> plan_timestep_sinusoid_backward(const TimestepSinusoidBackwardArgs& args);
+
+/// The rows of timestep_sinusoid and its backward.
+extern const OpRow kTimestepSinusoidRow;
+extern const OpRow kTimestepSinusoidBackwardRow;
 
 }  // namespace exactjit

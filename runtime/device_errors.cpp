@@ -1,7 +1,7 @@
 // exactjit device error records (see device_errors.hpp).
 #include "runtime/device_errors.hpp"
 
-#include "codegen/kernel_spec.hpp"
+#include "codegen/op_row.hpp"
 #include "runtime/errors.hpp"
 
 #include <fmt/format.h>
@@ -16,21 +16,21 @@ namespace {
 
 /// The error a filled record stands for, naming the op and what it found.
 llvm::Error report_error(const DeviceErrorRecord& record) {
-  const unsigned code = record.op & 0xFFFFu;  // op code + 1; the argument sits above it
-  if (code < 1) return make_error(ErrorCode::BadIndex, "a kernel reported a bad index without naming its op");
-  const Op op = static_cast<Op>(code - 1);
-  if (op == Op::TimestepSinusoid) {  // the value is the float itself
-    float t = 0;
+  const unsigned code = record.op & 0xFFFFu;  // the op's code; the argument sits above it
+  const OpRow* row = op_row_by_code(code);
+  if (!row)
+    return make_error(ErrorCode::BadIndex, fmt::format("a kernel reported a bad index with an unknown op code {}", code));
+  const std::string_view argument = row->index_arguments[(record.op >> 16) == 0 ? 0 : 1];
+  if (row->error_value == ErrorValue::FloatBits) {  // the value is the float itself
+    float value = 0;
     const uint32_t bits = static_cast<uint32_t>(record.value);
-    std::memcpy(&t, &bits, sizeof t);
-    return make_error(ErrorCode::BadIndex,
-                      fmt::format("timestep_sinusoid: t[{}] = {} is not a finite value in [0, 1] (check_range)",
-                                  record.position, t));
+    std::memcpy(&value, &bits, sizeof value);
+    return make_error(ErrorCode::BadIndex, fmt::format("{}: {}[{}] = {} is not {}", row->name, argument,
+                                                       record.position, value, row->value_rule));
   }
   return make_error(ErrorCode::BadIndex,
                     fmt::format("{}: {}[{}] = {} is out of range [0, {}); the rows that use it were not written",
-                                op_name(op), index_argument_name(op, record.op >> 16), record.position, record.value,
-                                record.bound));
+                                row->name, argument, record.position, record.value, record.bound));
 }
 
 }  // namespace

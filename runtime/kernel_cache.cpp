@@ -1,6 +1,7 @@
 // exactjit kernel cache (see kernel_cache.hpp).
 #include "runtime/kernel_cache.hpp"
 
+#include "codegen/op_row.hpp"
 #include "runtime/content_key.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/errors.hpp"
@@ -18,12 +19,18 @@ struct KernelCache::Slot {
 };
 
 std::string prewarm_command(const KernelSpec& spec) {
-  if (is_det_linear(spec.op))  // sized by its own flags (cli/spec_flags.cpp); the forward per activation
-    return fmt::format("exactjit prewarm --op {} --dtype {} --in-features {} --out-features {}{} --arch {}",
-                       op_name(spec.op), dtype_name(spec.dtype), spec.hidden, spec.out_features,
-                       spec.op == Op::DetLinear ? (spec.silu ? " --activation silu" : " --activation none") : "",
-                       spec.target.name());
-  return fmt::format("exactjit prewarm --op {} --hidden {} --dtype {} --table-stride {} --arch {}", op_name(spec.op),
+  const OpRow& row = op_row(spec.op);
+  switch (row.shape) {
+    case SpecShape::Linear:  // the forward builds one activation, the backward both
+      return fmt::format("exactjit prewarm --op {} --dtype {} --in-features {} --out-features {}{} --arch {}", row.name,
+                         dtype_name(spec.dtype), spec.hidden, spec.out_features,
+                         row.role != OpRole::Forward ? "" : spec.silu ? " --activation silu" : " --activation none",
+                         spec.target.name());
+    case SpecShape::Channels:
+      return fmt::format("exactjit prewarm --op {} --channels {} --arch {}", row.name, spec.hidden, spec.target.name());
+    case SpecShape::Rows: break;
+  }
+  return fmt::format("exactjit prewarm --op {} --hidden {} --dtype {} --table-stride {} --arch {}", row.name,
                      spec.hidden, dtype_name(spec.dtype), spec.table_stride, spec.target.name());
 }
 

@@ -6,6 +6,7 @@
 // the next call on that stream, without a synchronisation, and no call on another stream.
 // Its own process: the driver is loaded once per process, and here it must be the fake.
 #include "codegen/kernel_spec.hpp"
+#include "codegen/op_row.hpp"
 #include "exactjit/exactjit.h"
 #include "api/runtime.hpp"
 #include "runtime/device_buffer.hpp"
@@ -308,7 +309,7 @@ TEST_F(DispatchTest, AMalformedEnvironmentFailsRuntimeCreation) {
 
 /// Writes a report into a record's host mirror as templates/error_record.cuh's report_bad_index does.
 void report_as_a_kernel_would(DeviceErrorRecord* mirror, Op op, int64_t position, int64_t value, int64_t bound) {
-  mirror->op = static_cast<uint32_t>(op) + 1;
+  mirror->op = op_row(op).code;
   mirror->position = position;
   mirror->value = value;
   mirror->bound = bound;

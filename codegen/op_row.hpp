@@ -1,0 +1,75 @@
+// exactjit's op table: one row per op, the one place an op is registered. A row says what the op
+// is called, its stable op code, its family and role, how a spec of it is sized and described,
+// how its source is assembled (templates and constants), the rules a spec of it must keep, the
+// kernels a call of one shape can select, and how its index errors read. Each op's file under
+// kernels/ defines its row next to its planner; kernels/op_table.cpp lists them. codegen/ and
+// runtime/ reach an op only through its row (docs/adding-an-op.md).
+#pragma once
+
+#include "codegen/kernel_spec.hpp"
+
+#include <llvm/ADT/ArrayRef.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace exactjit {
+
+/// What a kernel is for: an op's forward, one of its backward kernels, or the shared segment plan.
+enum class OpRole : uint8_t { Forward, Backward, Plan };
+
+/// How a spec of the op is sized: which size field `hidden` is and which flags name it.
+enum class SpecShape : uint8_t {
+  Rows,      ///< hidden size H (or a plan kernel's count), table stride, vector width, index type
+  Channels,  ///< timestep_sinusoid: channels C
+  Linear,    ///< det_linear and its backward: in_features K, out_features N, activation, row tile
+};
+
+/// What a device error record's value is: a bad index, or the bits of a float outside its range.
+enum class ErrorValue : uint8_t { Index, FloatBits };
+
+struct OpRow {
+  Op op;
+  std::string_view name;
+  /// The error record's op code (templates/error_record.cuh) and the kOpCode constant: stable,
+  /// never reused, independent of the enum's order.
+  uint16_t code;
+  OpRole role;
+  std::string_view family;  ///< the op family `exactjit --help` lists it under
+  SpecShape shape;
+  /// describe() says "weight=no" for an unweighted spec too (rms_norm), not only "weight=yes".
+  bool describes_weight;
+  /// Geometry that is the op's, not the spec's (codegen/geometry.hpp): the rows of H one table
+  /// row holds (adaln_row_gather: 6); the threads per block of a backward or plan kernel; the
+  /// rows a backward tile kernel loads before adding any (speed only, never bits).
+  int row_chunks;
+  int threads;
+  int row_unroll;
+  /// The kernel's index arguments as error records name them (argument 0 and 1).
+  std::array<std::string_view, 2> index_arguments;
+  ErrorValue error_value;
+  /// What a FloatBits value must be, e.g. "a finite value in [0, 1] (check_range)".
+  std::string_view value_rule;
+  /// The op's own templates, after the shared prelude, in order.
+  std::vector<std::string_view> (*templates)(const KernelSpec&);
+  /// The `namespace spec` constant block of its generated source.
+  std::string (*constants)(const KernelSpec&);
+  /// The first of the op's own rules the spec breaks, "" if none (validate_spec checks the size
+  /// caps and the arch floor first).
+  std::string (*rule)(const KernelSpec&);
+  /// The kernels a call of this shape can select (target unset): the catalog, the CLI and prewarm
+  /// build these. `hidden` and `table_stride` are the shape's size fields (Linear: K and N).
+  std::vector<KernelSpec> (*family_specs)(DType dtype, int64_t hidden, int64_t table_stride);
+};
+
+/// Every op's row, in the order `exactjit --help` lists them.
+llvm::ArrayRef<const OpRow*> op_table();
+/// The row of an op (every Op has one).
+const OpRow& op_row(Op op);
+/// The row whose stable code is `code`, or null.
+const OpRow* op_row_by_code(unsigned code);
+
+}  // namespace exactjit

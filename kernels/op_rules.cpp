@@ -1,0 +1,57 @@
+// exactjit shared op rules and families (see op_rules.hpp).
+#include "kernels/op_rules.hpp"
+
+#include <fmt/format.h>
+
+namespace exactjit {
+
+std::string row_op_rule(const KernelSpec& spec, int chunks) {
+  if (spec.table_stride < chunks * spec.hidden)
+    return chunks == 1 ? "table stride must be >= hidden" : fmt::format("table stride must be >= {} x hidden", chunks);
+  const int wide = wide_vec(spec.dtype);
+  if (spec.vec != 1 && spec.vec != wide) return fmt::format("vec must be 1 or {}", wide);
+  if (spec.hidden % spec.vec != 0 || spec.table_stride % spec.vec != 0)
+    return "hidden and table stride must be multiples of vec";
+  return {};
+}
+
+std::string rms_norm_rule(const KernelSpec& spec) {
+  if (spec.hidden % 4 != 0) return "rms_norm needs hidden % 4 == 0 (PyTorch's vectorized path)";
+  if (spec.vec != 4) return "rms_norm kernels move 4-element vectors (vec=4)";
+  if (spec.table_stride != 0 && (spec.table_stride < spec.hidden || spec.table_stride % 4 != 0))
+    return "table stride must be 0 (plain) or a multiple of 4 that is >= hidden";
+  return {};
+}
+
+std::string backward_vec_rule(const KernelSpec& spec) {
+  const int wide = wide_vec(spec.dtype);
+  if ((spec.vec != 1 && spec.vec != wide) || spec.hidden % spec.vec != 0 || spec.table_stride % spec.vec != 0)
+    return fmt::format("vec must be 1 or {} and divide hidden and the table stride", wide);
+  return {};
+}
+
+std::vector<KernelSpec> backward_vec_family(Op op, DType dtype, int64_t hidden, int64_t table_stride) {
+  const int wide = wide_vec(dtype);
+  std::vector<KernelSpec> specs;
+  if (hidden % wide == 0 && table_stride % wide == 0)
+    specs.push_back(make_spec(op, dtype, IndexType::I64, hidden, table_stride, wide));
+  specs.push_back(make_spec(op, dtype, IndexType::I64, hidden, table_stride, 1));
+  return specs;
+}
+
+std::vector<IndexType> index_types_for(int64_t table_stride) {
+  if (table_stride > 0) return {IndexType::I64, IndexType::I32};
+  return {IndexType::I64};
+}
+
+std::vector<KernelSpec> row_op_family(Op op, DType dtype, int64_t hidden, int64_t table_stride) {
+  const int wide = wide_vec(dtype);
+  std::vector<int> widths{1};
+  if (hidden % wide == 0 && table_stride % wide == 0) widths.insert(widths.begin(), wide);
+  std::vector<KernelSpec> specs;
+  for (IndexType index : {IndexType::I64, IndexType::I32})
+    for (int vec : widths) specs.push_back(make_spec(op, dtype, index, hidden, table_stride, vec));
+  return specs;
+}
+
+}  // namespace exactjit

@@ -1,0 +1,33 @@
+// exactjit rules and kernel families that several ops' rows share: written once here, used by the
+// rows (kernels/op_table.cpp) and so by the planners' specs, the catalog, validate_spec and the CLI.
+#pragma once
+
+#include "codegen/kernel_spec.hpp"
+
+#include <string>
+#include <vector>
+
+namespace exactjit {
+
+/// The 16-byte vector width of a dtype, in elements.
+inline int wide_vec(DType dtype) { return static_cast<int>(16 / dtype_size(dtype)); }
+
+/// gate_residual and adaln_row_gather: the table row holds `chunks` rows of H, vec is 1 or 16
+/// bytes and divides H and the stride.
+std::string row_op_rule(const KernelSpec& spec, int chunks);
+/// Every kernel of rms_norm: H % 4 == 0, 4-element vectors, a stride of 0 (plain) or >= H.
+std::string rms_norm_rule(const KernelSpec& spec);
+/// The segment-tile backward kernels (gate_residual, adaln_row_gather): vec is 1 or 16 bytes and
+/// divides H and the table stride.
+std::string backward_vec_rule(const KernelSpec& spec);
+/// A rule that every spec of the op keeps.
+inline std::string no_rule(const KernelSpec&) { return {}; }
+
+/// The forward row ops: both index types, the 16-byte and the scalar width where they differ.
+std::vector<KernelSpec> row_op_family(Op op, DType dtype, int64_t hidden, int64_t table_stride);
+/// The segment-tile backward kernels: the 16-byte width where it divides, then the scalar one.
+std::vector<KernelSpec> backward_vec_family(Op op, DType dtype, int64_t hidden, int64_t table_stride);
+/// The index types a modulated kernel (table stride > 0) can be called with; plain: int64 only.
+std::vector<IndexType> index_types_for(int64_t table_stride);
+
+}  // namespace exactjit

@@ -1,0 +1,52 @@
+// exactjit's op table (codegen/op_row.hpp): every op's row, each defined in its op's file. Adding
+// an op adds its row here; nothing outside its files, this list and the public surfaces changes.
+#include "codegen/op_row.hpp"
+
+#include "kernels/adaln_row_gather.hpp"
+#include "kernels/adaln_row_gather_backward.hpp"
+#include "kernels/det_linear.hpp"
+#include "kernels/det_linear_backward.hpp"
+#include "kernels/gate_residual.hpp"
+#include "kernels/gate_residual_backward.hpp"
+#include "kernels/rms_norm.hpp"
+#include "kernels/rms_norm_backward.hpp"
+#include "kernels/segment_plan.hpp"
+#include "kernels/timestep_sinusoid.hpp"
+
+#include <array>
+
+namespace exactjit {
+
+namespace {
+
+// Listed by family, the forward first: `exactjit --help` shows them in this order.
+const std::array<const OpRow*, 18> kRows = {
+    &kGateResidualRow,       &kGateResidualBackwardRow,  &kAdalnRowGatherRow,     &kAdalnRowGatherBackwardRow,
+    &kRmsNormRow,            &kRmsNormBackwardRow,       &kRmsNormTableGradRow,   &kRmsNormWeightGradRow,
+    &kTimestepSinusoidRow,   &kTimestepSinusoidBackwardRow, &kDetLinearRow,       &kDetLinearInputGradRow,
+    &kDetLinearInputFoldRow, &kDetLinearWeightGradRow,   &kSegmentCountRow,       &kSegmentScanRow,
+    &kSegmentScatterRow,     &kSegmentFoldRow,
+};
+
+}  // namespace
+
+llvm::ArrayRef<const OpRow*> op_table() { return kRows; }
+
+const OpRow& op_row(Op op) {
+  // Built on first use, so a static initializer elsewhere may call it (an Op without a row fails
+  // the op table test).
+  static const std::array<const OpRow*, 256> by_op = [] {
+    std::array<const OpRow*, 256> table{};
+    for (const OpRow* row : kRows) table[static_cast<size_t>(row->op)] = row;
+    return table;
+  }();
+  return *by_op[static_cast<size_t>(op)];
+}
+
+const OpRow* op_row_by_code(unsigned code) {
+  for (const OpRow* row : kRows)
+    if (row->code == code) return row;
+  return nullptr;
+}
+
+}  // namespace exactjit

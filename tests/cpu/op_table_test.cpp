@@ -1,0 +1,116 @@
+// The op table: every op has exactly one row; names and codes are unique and the codes never
+// change (error records and the generated sources carry them); every row's families, rules,
+// templates and constants hold together.
+#include "codegen/op_row.hpp"
+#include "codegen/render.hpp"
+#include "kernels/catalog.hpp"
+#include "kernels/op_families.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+
+namespace exactjit {
+namespace {
+
+TEST(OpTable, EveryOpHasOneRowThatNamesIt) {
+  std::set<Op> ops;
+  for (const OpRow* row : op_table()) {
+    EXPECT_TRUE(ops.insert(row->op).second) << row->name << " has two rows";
+    EXPECT_EQ(&op_row(row->op), row) << row->name;
+    EXPECT_EQ(parse_op(row->name), row->op) << row->name;
+    EXPECT_EQ(op_row_by_code(row->code), row) << row->name;
+  }
+  // Every enumerator up to the last one has a row.
+  for (int op = 0; op <= static_cast<int>(Op::SegmentFold); ++op)
+    EXPECT_EQ(ops.count(static_cast<Op>(op)), 1u) << "Op " << op << " has no row";
+  EXPECT_EQ(op_row_by_code(0), nullptr);
+  EXPECT_EQ(parse_op("gate_residual_rms_norm_typo"), std::nullopt);
+}
+
+// The codes are in every error record and every generated source (so in every cache key): a new op
+// takes a new code, an existing one never changes.
+TEST(OpTable, CodesAreStable) {
+  const std::map<std::string, unsigned> pinned = {
+      {"gate_residual", 1},         {"adaln_row_gather", 2},           {"rms_norm", 3},
+      {"timestep_sinusoid", 4},     {"det_linear", 5},                 {"gate_residual_backward", 6},
+      {"adaln_row_gather_backward", 7}, {"rms_norm_backward", 8},     {"rms_norm_table_grad", 9},
+      {"rms_norm_weight_grad", 10}, {"timestep_sinusoid_backward", 11}, {"det_linear_input_grad", 12},
+      {"det_linear_weight_grad", 13}, {"segment_count", 14},           {"segment_scan", 15},
+      {"segment_scatter", 16},      {"segment_fold", 17},              {"det_linear_input_fold", 18}};
+  std::set<unsigned> codes;
+  for (const OpRow* row : op_table()) {
+    EXPECT_TRUE(codes.insert(row->code).second) << row->name << " reuses code " << row->code;
+    EXPECT_GE(row->code, 1u);
+    EXPECT_LE(row->code, 0xFFFFu);  // the error record keeps the argument above 16 bits
+    const auto it = pinned.find(std::string(row->name));
+    if (it != pinned.end()) EXPECT_EQ(row->code, it->second) << row->name << "'s code changed";
+  }
+  for (const auto& [name, code] : pinned) EXPECT_TRUE(parse_op(name).has_value()) << name << " lost its row";
+}
+
+TEST(OpTable, EveryRowIsInItsFamilyOnce) {
+  std::map<Op, int> listed;
+  for (const OpFamily& family : op_families())
+    for (Op op : family.kernels) {
+      ++listed[op];
+      EXPECT_EQ(op_row(op).family, family.name);
+    }
+  for (const OpRow* row : op_table()) {
+    EXPECT_EQ(listed[row->op], 1) << row->name;
+    EXPECT_EQ(op_family(row->op).name, row->family);
+  }
+  for (const OpFamily& family : op_families()) {
+    ASSERT_FALSE(family.kernels.empty()) << family.name;
+    if (family.name != "segment_plan") EXPECT_EQ(op_row(family.kernels.front()).role, OpRole::Forward) << family.name;
+  }
+}
+
+// Each row's family at H3's sizes: specs of the row's op that its own rules accept, and that
+// render with its constants (the op code among them) and its templates.
+TEST(OpTable, FamiliesKeepTheirRowsRulesAndRender) {
+  for (const OpRow* row : op_table()) {
+    const int64_t hidden = row->shape == SpecShape::Linear ? kTimeEmbedDim : row->shape == SpecShape::Channels ? 256
+                           : row->role == OpRole::Plan ? 1 : kDefaultHidden;
+    const int64_t stride = row->shape == SpecShape::Linear ? 18 * kDefaultHidden : row->shape == SpecShape::Rows &&
+                           row->role != OpRole::Plan ? 6 * kDefaultHidden : 0;
+    size_t count = 0;
+    for (DType dtype : {DType::BF16, DType::F32}) {  // det_linear_input_fold: bf16 only
+      const std::vector<KernelSpec> specs = spec_family(row->op, dtype, hidden, stride, Target{90, false});
+      count += specs.size();
+      for (const KernelSpec& spec : specs) {
+        EXPECT_EQ(spec.op, row->op);
+        EXPECT_EQ(row->rule(spec), "") << spec.describe();
+        EXPECT_FALSE(static_cast<bool>(validate_spec(spec))) << spec.describe();
+        const KernelSource source = codegen::render(spec);
+        EXPECT_NE(source.text.find("constexpr unsigned kOpCode = " + std::to_string(row->code) + ";"),
+                  std::string::npos)
+            << spec.describe();
+        for (std::string_view name : row->templates(spec))
+          EXPECT_NE(source.text.find("// ---- templates/" + std::string(name) + " ----"), std::string::npos)
+              << spec.describe() << " lacks " << name;
+      }
+    }
+    EXPECT_GT(count, 0u) << row->name;
+  }
+}
+
+// A rule is written once, in the row, and validate_spec reports it with the spec.
+TEST(OpTable, ValidateSpecReportsTheRowsRule) {
+  KernelSpec spec = spec_family(Op::RmsNormWeightGrad, DType::BF16, 64, 0, Target{90, false}).front();
+  spec.vec = 1;
+  EXPECT_EQ(op_row(spec.op).rule(spec), "rms_norm kernels move 4-element vectors (vec=4)");
+  llvm::Error error = validate_spec(spec);
+  ASSERT_TRUE(static_cast<bool>(error));
+  EXPECT_NE(llvm::toString(std::move(error)).find(spec.describe() + ": rms_norm kernels move"), std::string::npos);
+  spec.vec = 4;
+  spec.target.sm = 70;
+  error = validate_spec(spec);
+  ASSERT_TRUE(static_cast<bool>(error));
+  EXPECT_NE(llvm::toString(std::move(error)).find("targets older than sm_75"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace exactjit

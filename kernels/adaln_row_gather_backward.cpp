@@ -87,15 +87,12 @@ std::vector<std::string_view> adaln_row_gather_backward_templates(const KernelSp
 std::vector<KernelSpec> adaln_row_gather_backward_family(DType dtype, int64_t hidden, int64_t) {
   return backward_vec_family(Op::AdalnRowGatherBackward, dtype, hidden, 0);
 }
-std::string adaln_row_gather_backward_constants(const KernelSpec& spec) {
-  return render_backward_constants(spec, false);
-}
 }  // namespace
 
 const OpRow kAdalnRowGatherBackwardRow = {
     Op::AdalnRowGatherBackward, "adaln_row_gather_backward", 7, OpRole::Backward, "adaln_row_gather",
     SpecShape::Rows, false, 1, 128, 8, {"timestep_indices", "token_tags"}, ErrorValue::Index, "",
-    adaln_row_gather_backward_templates, adaln_row_gather_backward_constants, backward_vec_rule,
+    adaln_row_gather_backward_templates, render_backward_constants, backward_vec_rule,
     adaln_row_gather_backward_family};
 
 }  // namespace exactjit

@@ -26,7 +26,7 @@ struct DetLinearArgs {
 llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& args, const DeviceTraits& device = {});
 
 /// Launch geometry of the det_linear forward kernel, a function of the weight dtype, the shape and
-/// the target architecture: baked into the generated source (codegen/render_backward.cpp) and used
+/// the target architecture: baked into the generated source (render_det_linear_constants) and used
 /// by the planner, so the two cannot disagree. The order of operations does not depend on it: it
 /// sets only how the work is spread over warps and how the weights stream in (docs/det_linear.md).
 struct DetLinearGeometry {

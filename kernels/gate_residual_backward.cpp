@@ -100,12 +100,11 @@ std::string gate_residual_backward_rule(const KernelSpec& spec) {
 std::vector<KernelSpec> gate_residual_backward_family(DType dtype, int64_t hidden, int64_t table_stride) {
   return backward_vec_family(Op::GateResidualBackward, dtype, hidden, table_stride);
 }
-std::string gate_residual_backward_constants(const KernelSpec& spec) { return render_backward_constants(spec, false); }
 }  // namespace
 
 const OpRow kGateResidualBackwardRow = {
     Op::GateResidualBackward, "gate_residual_backward", 6, OpRole::Backward, "gate_residual", SpecShape::Rows, false,
     1, 128, 8, {"index", "index"}, ErrorValue::Index, "", gate_residual_backward_templates,
-    gate_residual_backward_constants, gate_residual_backward_rule, gate_residual_backward_family};
+    render_backward_constants, gate_residual_backward_rule, gate_residual_backward_family};
 
 }  // namespace exactjit

@@ -197,8 +197,6 @@ std::vector<std::string_view> dx_templates(const KernelSpec&) {
 std::vector<std::string_view> param_grad_templates(const KernelSpec&) {
   return {"quad_io.cuh", "fixed_order_sum.cuh", "segment_tiles.cuh", "rms_norm_param_grad.cuh"};
 }
-std::string dx_constants(const KernelSpec& spec) { return render_backward_constants(spec, false); }
-std::string table_grad_constants(const KernelSpec& spec) { return render_backward_constants(spec, true); }
 // dx: both index types where modulated, weighted and unweighted.
 std::vector<KernelSpec> dx_family(DType dtype, int64_t hidden, int64_t table_stride) {
   std::vector<KernelSpec> specs;
@@ -222,13 +220,13 @@ std::vector<KernelSpec> weight_grad_family(DType dtype, int64_t hidden, int64_t 
 
 const OpRow kRmsNormBackwardRow = {Op::RmsNormBackward, "rms_norm_backward", 8, OpRole::Backward, "rms_norm",
                                    SpecShape::Rows, false, 1, 128, 1, {"index", "index"}, ErrorValue::Index, "",
-                                   dx_templates, dx_constants, rms_norm_rule, dx_family};
+                                   dx_templates, render_backward_constants, rms_norm_rule, dx_family};
 const OpRow kRmsNormTableGradRow = {Op::RmsNormTableGrad, "rms_norm_table_grad", 9, OpRole::Backward, "rms_norm",
                                     SpecShape::Rows, false, 1, 128, 4, {"index", "index"}, ErrorValue::Index, "",
-                                    param_grad_templates, table_grad_constants, rms_norm_rule, table_grad_family};
+                                    param_grad_templates, render_table_grad_constants, rms_norm_rule, table_grad_family};
 const OpRow kRmsNormWeightGradRow = {Op::RmsNormWeightGrad, "rms_norm_weight_grad", 10, OpRole::Backward,
                                      "rms_norm", SpecShape::Rows, false, 1, 128, 4, {"index", "index"},
-                                     ErrorValue::Index, "", param_grad_templates, dx_constants, rms_norm_rule,
+                                     ErrorValue::Index, "", param_grad_templates, render_backward_constants, rms_norm_rule,
                                      weight_grad_family};
 
 }  // namespace exactjit

@@ -95,7 +95,8 @@ void add_fold_launch(LaunchSequence& sequence, const SegmentLayout* l, uint64_t 
   fold.push(out);
 }
 
-std::string render_backward_constants(const KernelSpec& spec, bool segmented) {
+namespace {
+std::string backward_constants(const KernelSpec& spec, bool segmented) {
   return codegen::render_spec_constants(spec) +
          fmt::format(
              "constexpr bool kWeighted = {weighted};\n"
@@ -111,9 +112,13 @@ std::string render_backward_constants(const KernelSpec& spec, bool segmented) {
              fmt::arg("tile", kTilePositions), fmt::arg("chunk", kChunkPositions), fmt::arg("max_rows", kMaxPlanTableRows),
              fmt::arg("arch", spec.target.sm));
 }
+}  // namespace
+
+std::string render_backward_constants(const KernelSpec& spec) { return backward_constants(spec, false); }
+
+std::string render_table_grad_constants(const KernelSpec& spec) { return backward_constants(spec, true); }
 
 namespace {
-std::string plan_constants(const KernelSpec& spec) { return render_backward_constants(spec, false); }
 std::vector<std::string_view> count_templates(const KernelSpec&) { return {"segment_count.cuh"}; }
 std::vector<std::string_view> scan_templates(const KernelSpec&) { return {"segment_scan.cuh"}; }
 std::vector<std::string_view> scatter_templates(const KernelSpec&) { return {"segment_scatter.cuh"}; }
@@ -140,15 +145,15 @@ std::vector<KernelSpec> fold_family(DType dtype, int64_t, int64_t) {
 
 const OpRow kSegmentCountRow = {Op::SegmentCount, "segment_count", 14, OpRole::Plan, "segment_plan", SpecShape::Rows,
                                 false, 1, 256, 1, {"index", "index"}, ErrorValue::Index, "", count_templates,
-                                plan_constants, count_rule, count_family};
+                                render_backward_constants, count_rule, count_family};
 const OpRow kSegmentScanRow = {Op::SegmentScan, "segment_scan", 15, OpRole::Plan, "segment_plan", SpecShape::Rows,
                                false, 1, 256, 1, {"index", "index"}, ErrorValue::Index, "", scan_templates,
-                               plan_constants, no_rule, scan_family};
+                               render_backward_constants, no_rule, scan_family};
 const OpRow kSegmentScatterRow = {Op::SegmentScatter, "segment_scatter", 16, OpRole::Plan, "segment_plan",
                                   SpecShape::Rows, false, 1, 256, 1, {"index", "index"}, ErrorValue::Index, "",
-                                  scatter_templates, plan_constants, no_rule, scatter_family};
+                                  scatter_templates, render_backward_constants, no_rule, scatter_family};
 const OpRow kSegmentFoldRow = {Op::SegmentFold, "segment_fold", 17, OpRole::Plan, "segment_plan", SpecShape::Rows,
                                false, 1, 256, 1, {"index", "index"}, ErrorValue::Index, "", fold_templates,
-                               plan_constants, no_rule, fold_family};
+                               render_backward_constants, no_rule, fold_family};
 
 }  // namespace exactjit

@@ -57,7 +57,9 @@ extern const OpRow kSegmentScanRow;
 extern const OpRow kSegmentScatterRow;
 extern const OpRow kSegmentFoldRow;
 /// The constant block the backward, segment-plan and fold kernels share (each template reads
-/// the constants it needs); `segmented`: rms_norm's parameter gradients over table rows.
-std::string render_backward_constants(const KernelSpec& spec, bool segmented);
+/// the constants it needs).
+std::string render_backward_constants(const KernelSpec& spec);
+/// The same block for rms_norm's table gradients, whose tiles are segments of table rows.
+std::string render_table_grad_constants(const KernelSpec& spec);
 
 }  // namespace exactjit

@@ -127,6 +127,6 @@ const OpRow kTimestepSinusoidRow = {Op::TimestepSinusoid, "timestep_sinusoid", 4
 const OpRow kTimestepSinusoidBackwardRow = {
     Op::TimestepSinusoidBackward, "timestep_sinusoid_backward", 11, OpRole::Backward, "timestep_sinusoid",
     SpecShape::Channels, false, 1, 128, 1, {"t", "t"}, ErrorValue::Index, "", sinusoid_backward_templates,
-    [](const KernelSpec& spec) { return render_backward_constants(spec, false); }, channels_rule, sinusoid_backward_family};
+    render_backward_constants, channels_rule, sinusoid_backward_family};
 
 }  // namespace exactjit

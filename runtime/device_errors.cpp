@@ -20,7 +20,7 @@ llvm::Error report_error(const DeviceErrorRecord& record) {
   const OpRow* row = op_row_by_code(code);
   if (!row)
     return make_error(ErrorCode::BadIndex, fmt::format("a kernel reported a bad index with an unknown op code {}", code));
-  const std::string_view argument = row->index_arguments[(record.op >> 16) == 0 ? 0 : 1];
+  const std::string_view argument = index_argument_name(row->op, record.op >> 16);
   if (row->error_value == ErrorValue::FloatBits) {  // the value is the float itself
     float value = 0;
     const uint32_t bits = static_cast<uint32_t>(record.value);

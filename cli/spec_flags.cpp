@@ -15,6 +15,7 @@
 #include "runtime/spec_list.hpp"
 
 #include <fmt/format.h>
+#include <llvm/ADT/STLExtras.h>
 #include <llvm/Support/JSON.h>
 
 #include <unordered_set>
@@ -88,12 +89,10 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
     auto n = size_or_default(request, "out_features", request.out_features, 18 * kDefaultHidden);
     if (!n) return n.takeError();
     std::vector<KernelSpec> specs;
-    for (bool silu : activations) {
-      for (const KernelSpec& spec : spec_family(*op, dtypes->front(), *k, *n, target)) {
-        if (spec.silu != silu) continue;
-        if (auto err = validate_spec(spec)) return err;
-        specs.push_back(spec);
-      }
+    for (const KernelSpec& spec : spec_family(*op, dtypes->front(), *k, *n, target)) {
+      if (!llvm::is_contained(activations, spec.silu)) continue;
+      if (auto err = validate_spec(spec)) return err;
+      specs.push_back(spec);
     }
     return specs;
   }

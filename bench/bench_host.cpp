@@ -11,7 +11,7 @@
 //     which also reports the driver calls per launch (driver_calls)
 //
 //   bench_host [--fake_driver] [--benchmark_filter=...] [--benchmark_format=json]
-#include "api/selftest_support.hpp"
+#include "selftest/support.hpp"
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
 #include "kernels/gate_residual.hpp"

@@ -2,7 +2,7 @@
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 
-#include "api/selftest.hpp"
+#include "selftest/selftest.hpp"
 #include "runtime/driver.hpp"
 
 #include <fmt/format.h>

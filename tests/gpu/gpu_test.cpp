@@ -2,8 +2,8 @@
 // dtypes, index types, vector paths, table views and shapes; the bad-index path (reported with the
 // op's name, context still usable); launch-time argument errors. Every test skips cleanly when no
 // CUDA driver or GPU is present.
-#include "api/selftest.hpp"
-#include "api/selftest_support.hpp"
+#include "selftest/selftest.hpp"
+#include "selftest/support.hpp"
 #include "kernels/det_linear.hpp"
 #include "kernels/host_model.hpp"
 #include "templates/numerics.cuh"

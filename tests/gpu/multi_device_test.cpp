@@ -2,7 +2,7 @@
 // keeps one module per (context, kernel), makes the tensors' device's primary context current for
 // a call and restores the caller's context, and one cache entry serves every device of the same
 // arch. The two-device cases skip (and say so) on a machine with one GPU.
-#include "api/selftest.hpp"
+#include "selftest/selftest.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/driver.hpp"
 

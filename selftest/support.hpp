@@ -1,11 +1,11 @@
 // exactjit self-test support: deterministic data, device tensors and the bitwise judge that the
-// forward and backward self-test cases share (internal to api/).
+// forward and backward self-test cases share (internal to selftest/).
 #pragma once
 
 #include "codegen/kernel_spec.hpp"
 #include "api/runtime.hpp"
 #include "runtime/device_buffer.hpp"
-#include "api/selftest.hpp"
+#include "selftest/selftest.hpp"
 
 #include <dlpack/dlpack.h>
 #include <llvm/Support/Error.h>

@@ -1,8 +1,8 @@
 // exactjit self-test, backward passes: each gradient against its host model (kernels/
 // backward_model.hpp) bit for bit, which pins the segment plan's order, the tile partials and the
 // fold; every op runs twice and both runs must give the same bits.
-#include "api/selftest.hpp"
-#include "api/selftest_support.hpp"
+#include "selftest/selftest.hpp"
+#include "selftest/support.hpp"
 #include "kernels/backward_model.hpp"
 #include "runtime/errors.hpp"
 

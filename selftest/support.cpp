@@ -1,5 +1,5 @@
-// exactjit self-test support (see selftest_support.hpp).
-#include "api/selftest_support.hpp"
+// exactjit self-test support (see support.hpp).
+#include "selftest/support.hpp"
 
 #include "runtime/errors.hpp"
 #include "templates/numerics.cuh"

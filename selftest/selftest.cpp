@@ -1,7 +1,7 @@
 // exactjit self-test (see selftest.hpp).
-#include "api/selftest.hpp"
+#include "selftest/selftest.hpp"
 
-#include "api/selftest_support.hpp"
+#include "selftest/support.hpp"
 #include "kernels/catalog.hpp"
 #include "kernels/host_model.hpp"
 #include "runtime/device_buffer.hpp"

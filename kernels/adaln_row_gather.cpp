@@ -2,10 +2,10 @@
 #include "kernels/adaln_row_gather.hpp"
 
 #include "codegen/geometry.hpp"
-#include "kernels/spec_limits.hpp"
-#include "kernels/tensor_check.hpp"
 #include "codegen/render.hpp"
 #include "kernels/op_rules.hpp"
+#include "kernels/spec_limits.hpp"
+#include "kernels/tensor_check.hpp"
 
 #include <fmt/format.h>
 
@@ -91,9 +91,10 @@ std::vector<KernelSpec> adaln_row_gather_family(DType dtype, int64_t hidden, int
 }
 }  // namespace
 
-const OpRow kAdalnRowGatherRow = {Op::AdalnRowGather, "adaln_row_gather", 2, OpRole::Forward, "adaln_row_gather",
-                                  SpecShape::Rows, false, 6, 0, 1, {"timestep_indices", "token_tags"},
-                                  ErrorValue::Index, "", adaln_row_gather_templates, codegen::render_row_constants,
-                                  adaln_row_gather_rule, adaln_row_gather_family};
+const OpRow kAdalnRowGatherRow = {
+    Op::AdalnRowGather, "adaln_row_gather", /*code=*/2, OpRole::Forward, "adaln_row_gather",
+    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/6, /*threads=*/0, /*row_unroll=*/1,
+    {"timestep_indices", "token_tags"}, ErrorValue::Index, /*value_rule=*/"",
+    adaln_row_gather_templates, codegen::render_row_constants, adaln_row_gather_rule, adaln_row_gather_family};
 
 }  // namespace exactjit

@@ -3,9 +3,9 @@
 
 #include "codegen/geometry.hpp"
 #include "kernels/backward_check.hpp"
+#include "kernels/op_rules.hpp"
 #include "kernels/segment_plan.hpp"
 #include "kernels/spec_limits.hpp"
-#include "kernels/op_rules.hpp"
 
 #include <fmt/format.h>
 
@@ -90,8 +90,9 @@ std::vector<KernelSpec> adaln_row_gather_backward_family(DType dtype, int64_t hi
 }  // namespace
 
 const OpRow kAdalnRowGatherBackwardRow = {
-    Op::AdalnRowGatherBackward, "adaln_row_gather_backward", 7, OpRole::Backward, "adaln_row_gather",
-    SpecShape::Rows, false, 1, 128, 8, {"timestep_indices", "token_tags"}, ErrorValue::Index, "",
+    Op::AdalnRowGatherBackward, "adaln_row_gather_backward", /*code=*/7, OpRole::Backward, "adaln_row_gather",
+    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/8,
+    {"timestep_indices", "token_tags"}, ErrorValue::Index, /*value_rule=*/"",
     adaln_row_gather_backward_templates, render_backward_constants, backward_vec_rule,
     adaln_row_gather_backward_family};
 

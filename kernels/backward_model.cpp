@@ -4,8 +4,8 @@
 #include "kernels/row_reduction_model.hpp"
 #include "kernels/segment_plan.hpp"
 #include "kernels/segment_plan_model.hpp"
-#include "templates/numerics.cuh"
 #include "templates/fixed_order_sum.cuh"
+#include "templates/numerics.cuh"
 
 #include <algorithm>
 

@@ -1,9 +1,9 @@
 // exactjit op det_linear: validate, spec, geometry, parameters.
 #include "kernels/det_linear.hpp"
 
+#include "kernels/det_linear_backward.hpp"
 #include "kernels/spec_limits.hpp"
 #include "kernels/tensor_check.hpp"
-#include "kernels/det_linear_backward.hpp"
 
 #include <fmt/format.h>
 
@@ -209,8 +209,10 @@ std::vector<KernelSpec> det_linear_family(DType dtype, int64_t in_features, int6
 }
 }  // namespace
 
-const OpRow kDetLinearRow = {Op::DetLinear, "det_linear", 5, OpRole::Forward, "det_linear", SpecShape::Linear, false,
-                             1, 0, 1, {"index", "index"}, ErrorValue::Index, "", det_linear_templates,
-                             render_det_linear_constants, det_linear_rule, det_linear_family};
+const OpRow kDetLinearRow = {
+    Op::DetLinear, "det_linear", /*code=*/5, OpRole::Forward, "det_linear",
+    SpecShape::Linear, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    det_linear_templates, render_det_linear_constants, det_linear_rule, det_linear_family};
 
 }  // namespace exactjit

@@ -222,16 +222,19 @@ std::vector<KernelSpec> weight_grad_family(DType dtype, int64_t k, int64_t n) {
 }  // namespace
 
 const OpRow kDetLinearInputGradRow = {
-    Op::DetLinearInputGrad, "det_linear_input_grad", 12, OpRole::Backward, "det_linear", SpecShape::Linear, false, 1,
-    0, 1, {"index", "index"}, ErrorValue::Index, "", backward_templates, render_det_linear_constants, backward_rule,
-    input_grad_family};
+    Op::DetLinearInputGrad, "det_linear_input_grad", /*code=*/12, OpRole::Backward, "det_linear",
+    SpecShape::Linear, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    backward_templates, render_det_linear_constants, backward_rule, input_grad_family};
 const OpRow kDetLinearInputFoldRow = {
-    Op::DetLinearInputFold, "det_linear_input_fold", 18, OpRole::Backward, "det_linear", SpecShape::Linear, false, 1,
-    0, 1, {"index", "index"}, ErrorValue::Index, "", backward_templates, render_det_linear_constants, backward_rule,
-    input_fold_family};
+    Op::DetLinearInputFold, "det_linear_input_fold", /*code=*/18, OpRole::Backward, "det_linear",
+    SpecShape::Linear, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    backward_templates, render_det_linear_constants, backward_rule, input_fold_family};
 const OpRow kDetLinearWeightGradRow = {
-    Op::DetLinearWeightGrad, "det_linear_weight_grad", 13, OpRole::Backward, "det_linear", SpecShape::Linear, false,
-    1, 0, 1, {"index", "index"}, ErrorValue::Index, "", backward_templates, render_det_linear_constants,
-    backward_rule, weight_grad_family};
+    Op::DetLinearWeightGrad, "det_linear_weight_grad", /*code=*/13, OpRole::Backward, "det_linear",
+    SpecShape::Linear, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    backward_templates, render_det_linear_constants, backward_rule, weight_grad_family};
 
 }  // namespace exactjit

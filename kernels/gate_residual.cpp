@@ -2,10 +2,10 @@
 #include "kernels/gate_residual.hpp"
 
 #include "codegen/geometry.hpp"
-#include "kernels/spec_limits.hpp"
-#include "kernels/tensor_check.hpp"
 #include "codegen/render.hpp"
 #include "kernels/op_rules.hpp"
+#include "kernels/spec_limits.hpp"
+#include "kernels/tensor_check.hpp"
 
 #include <fmt/format.h>
 
@@ -113,9 +113,10 @@ std::vector<KernelSpec> gate_residual_family(DType dtype, int64_t hidden, int64_
 }
 }  // namespace
 
-const OpRow kGateResidualRow = {Op::GateResidual, "gate_residual", 1, OpRole::Forward, "gate_residual",
-                                SpecShape::Rows, false, 1, 0, 1, {"index", "index"}, ErrorValue::Index, "",
-                                gate_residual_templates, codegen::render_row_constants, gate_residual_rule,
-                                gate_residual_family};
+const OpRow kGateResidualRow = {
+    Op::GateResidual, "gate_residual", /*code=*/1, OpRole::Forward, "gate_residual",
+    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    gate_residual_templates, codegen::render_row_constants, gate_residual_rule, gate_residual_family};
 
 }  // namespace exactjit

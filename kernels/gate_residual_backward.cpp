@@ -3,9 +3,9 @@
 
 #include "codegen/geometry.hpp"
 #include "kernels/backward_check.hpp"
+#include "kernels/op_rules.hpp"
 #include "kernels/segment_plan.hpp"
 #include "kernels/spec_limits.hpp"
-#include "kernels/op_rules.hpp"
 
 #include <fmt/format.h>
 
@@ -102,9 +102,14 @@ std::vector<KernelSpec> gate_residual_backward_family(DType dtype, int64_t hidde
 }
 }  // namespace
 
+// row_unroll 8: a tile is one block's serial walk over up to kTilePositions rows and small S has
+// few tiles; 8 rows of 16-byte packs in flight help there and cost nothing at large S
+// (docs/perf-notes.md, backward v3). adaln_row_gather_backward's tiles are the same walk.
 const OpRow kGateResidualBackwardRow = {
-    Op::GateResidualBackward, "gate_residual_backward", 6, OpRole::Backward, "gate_residual", SpecShape::Rows, false,
-    1, 128, 8, {"index", "index"}, ErrorValue::Index, "", gate_residual_backward_templates,
-    render_backward_constants, gate_residual_backward_rule, gate_residual_backward_family};
+    Op::GateResidualBackward, "gate_residual_backward", /*code=*/6, OpRole::Backward, "gate_residual",
+    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/8,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    gate_residual_backward_templates, render_backward_constants, gate_residual_backward_rule,
+    gate_residual_backward_family};
 
 }  // namespace exactjit

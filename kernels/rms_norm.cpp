@@ -2,9 +2,9 @@
 #include "kernels/rms_norm.hpp"
 
 #include "codegen/render.hpp"
+#include "kernels/op_rules.hpp"
 #include "kernels/spec_limits.hpp"
 #include "kernels/tensor_check.hpp"
-#include "kernels/op_rules.hpp"
 
 #include <fmt/format.h>
 #include <llvm/ADT/SmallVector.h>
@@ -142,8 +142,10 @@ std::vector<KernelSpec> rms_norm_family(DType dtype, int64_t hidden, int64_t tab
 }
 }  // namespace
 
-const OpRow kRmsNormRow = {Op::RmsNorm, "rms_norm", 3, OpRole::Forward, "rms_norm", SpecShape::Rows, true, 1, 0, 1,
-                           {"index", "index"}, ErrorValue::Index, "", rms_norm_templates,
-                           codegen::render_rms_norm_constants, rms_norm_rule, rms_norm_family};
+const OpRow kRmsNormRow = {
+    Op::RmsNorm, "rms_norm", /*code=*/3, OpRole::Forward, "rms_norm",
+    SpecShape::Rows, /*describes_weight=*/true, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    rms_norm_templates, codegen::render_rms_norm_constants, rms_norm_rule, rms_norm_family};
 
 }  // namespace exactjit

@@ -4,9 +4,9 @@
 
 #include "codegen/geometry.hpp"
 #include "kernels/backward_check.hpp"
+#include "kernels/op_rules.hpp"
 #include "kernels/segment_plan.hpp"
 #include "kernels/spec_limits.hpp"
-#include "kernels/op_rules.hpp"
 
 #include <fmt/format.h>
 #include <llvm/ADT/SmallVector.h>
@@ -218,15 +218,22 @@ std::vector<KernelSpec> weight_grad_family(DType dtype, int64_t hidden, int64_t 
 }
 }  // namespace
 
-const OpRow kRmsNormBackwardRow = {Op::RmsNormBackward, "rms_norm_backward", 8, OpRole::Backward, "rms_norm",
-                                   SpecShape::Rows, false, 1, 128, 1, {"index", "index"}, ErrorValue::Index, "",
-                                   dx_templates, render_backward_constants, rms_norm_rule, dx_family};
-const OpRow kRmsNormTableGradRow = {Op::RmsNormTableGrad, "rms_norm_table_grad", 9, OpRole::Backward, "rms_norm",
-                                    SpecShape::Rows, false, 1, 128, 4, {"index", "index"}, ErrorValue::Index, "",
-                                    param_grad_templates, render_table_grad_constants, rms_norm_rule, table_grad_family};
-const OpRow kRmsNormWeightGradRow = {Op::RmsNormWeightGrad, "rms_norm_weight_grad", 10, OpRole::Backward,
-                                     "rms_norm", SpecShape::Rows, false, 1, 128, 4, {"index", "index"},
-                                     ErrorValue::Index, "", param_grad_templates, render_backward_constants, rms_norm_rule,
-                                     weight_grad_family};
+const OpRow kRmsNormBackwardRow = {
+    Op::RmsNormBackward, "rms_norm_backward", /*code=*/8, OpRole::Backward, "rms_norm",
+    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/1,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    dx_templates, render_backward_constants, rms_norm_rule, dx_family};
+// The parameter tiles keep row_unroll 4: 16 cost more at large S (160 registers, fewer blocks per
+// SM) than they gained at small S (docs/perf-notes.md, backward v3).
+const OpRow kRmsNormTableGradRow = {
+    Op::RmsNormTableGrad, "rms_norm_table_grad", /*code=*/9, OpRole::Backward, "rms_norm",
+    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/4,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    param_grad_templates, render_table_grad_constants, rms_norm_rule, table_grad_family};
+const OpRow kRmsNormWeightGradRow = {
+    Op::RmsNormWeightGrad, "rms_norm_weight_grad", /*code=*/10, OpRole::Backward, "rms_norm",
+    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/4,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    param_grad_templates, render_backward_constants, rms_norm_rule, weight_grad_family};
 
 }  // namespace exactjit

@@ -143,17 +143,25 @@ std::vector<KernelSpec> fold_family(DType dtype, int64_t, int64_t) {
 }
 }  // namespace
 
-const OpRow kSegmentCountRow = {Op::SegmentCount, "segment_count", 14, OpRole::Plan, "segment_plan", SpecShape::Rows,
-                                false, 1, 256, 1, {"index", "index"}, ErrorValue::Index, "", count_templates,
-                                render_backward_constants, count_rule, count_family};
-const OpRow kSegmentScanRow = {Op::SegmentScan, "segment_scan", 15, OpRole::Plan, "segment_plan", SpecShape::Rows,
-                               false, 1, 256, 1, {"index", "index"}, ErrorValue::Index, "", scan_templates,
-                               render_backward_constants, no_rule, scan_family};
-const OpRow kSegmentScatterRow = {Op::SegmentScatter, "segment_scatter", 16, OpRole::Plan, "segment_plan",
-                                  SpecShape::Rows, false, 1, 256, 1, {"index", "index"}, ErrorValue::Index, "",
-                                  scatter_templates, render_backward_constants, no_rule, scatter_family};
-const OpRow kSegmentFoldRow = {Op::SegmentFold, "segment_fold", 17, OpRole::Plan, "segment_plan", SpecShape::Rows,
-                               false, 1, 256, 1, {"index", "index"}, ErrorValue::Index, "", fold_templates,
-                               render_backward_constants, no_rule, fold_family};
+const OpRow kSegmentCountRow = {
+    Op::SegmentCount, "segment_count", /*code=*/14, OpRole::Plan, "segment_plan",
+    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    count_templates, render_backward_constants, count_rule, count_family};
+const OpRow kSegmentScanRow = {
+    Op::SegmentScan, "segment_scan", /*code=*/15, OpRole::Plan, "segment_plan",
+    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    scan_templates, render_backward_constants, no_rule, scan_family};
+const OpRow kSegmentScatterRow = {
+    Op::SegmentScatter, "segment_scatter", /*code=*/16, OpRole::Plan, "segment_plan",
+    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    scatter_templates, render_backward_constants, no_rule, scatter_family};
+const OpRow kSegmentFoldRow = {
+    Op::SegmentFold, "segment_fold", /*code=*/17, OpRole::Plan, "segment_plan",
+    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    fold_templates, render_backward_constants, no_rule, fold_family};
 
 }  // namespace exactjit

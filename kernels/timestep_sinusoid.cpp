@@ -1,10 +1,10 @@
 // exactjit op timestep_sinusoid: validate, spec, the scalar constants PyTorch derives, parameters.
 #include "kernels/timestep_sinusoid.hpp"
 
-#include "kernels/spec_limits.hpp"
-#include "kernels/tensor_check.hpp"
 #include "codegen/render.hpp"
 #include "kernels/segment_plan.hpp"
+#include "kernels/spec_limits.hpp"
+#include "kernels/tensor_check.hpp"
 
 #include <fmt/format.h>
 
@@ -119,14 +119,15 @@ std::vector<KernelSpec> sinusoid_backward_family(DType, int64_t channels, int64_
 }
 }  // namespace
 
-const OpRow kTimestepSinusoidRow = {Op::TimestepSinusoid, "timestep_sinusoid", 4, OpRole::Forward,
-                                    "timestep_sinusoid", SpecShape::Channels, false, 1, 0, 1, {"t", "t"},
-                                    ErrorValue::FloatBits, "a finite value in [0, 1] (check_range)",
-                                    sinusoid_templates, codegen::render_sinusoid_constants, channels_rule,
-                                    sinusoid_family};
+const OpRow kTimestepSinusoidRow = {
+    Op::TimestepSinusoid, "timestep_sinusoid", /*code=*/4, OpRole::Forward, "timestep_sinusoid",
+    SpecShape::Channels, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
+    {"t", "t"}, ErrorValue::FloatBits, /*value_rule=*/"a finite value in [0, 1] (check_range)",
+    sinusoid_templates, codegen::render_sinusoid_constants, channels_rule, sinusoid_family};
 const OpRow kTimestepSinusoidBackwardRow = {
-    Op::TimestepSinusoidBackward, "timestep_sinusoid_backward", 11, OpRole::Backward, "timestep_sinusoid",
-    SpecShape::Channels, false, 1, 128, 1, {"t", "t"}, ErrorValue::Index, "", sinusoid_backward_templates,
-    render_backward_constants, channels_rule, sinusoid_backward_family};
+    Op::TimestepSinusoidBackward, "timestep_sinusoid_backward", /*code=*/11, OpRole::Backward, "timestep_sinusoid",
+    SpecShape::Channels, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/1,
+    {"t", "t"}, ErrorValue::Index, /*value_rule=*/"",
+    sinusoid_backward_templates, render_backward_constants, channels_rule, sinusoid_backward_family};
 
 }  // namespace exactjit

@@ -86,9 +86,10 @@ std::string KernelSpec::describe() const {
     return fmt::format("{} dtype={} in_features={} out_features={} activation={} rows={}{} target={}", op_name(op),
                        dtype_name(dtype), hidden, out_features, silu ? "silu" : "none", row_tile,
                        grad_dtype == DType::F32 ? "" : fmt::format(" grad={}", dtype_name(grad_dtype)), target.name());
-  return fmt::format("{} dtype={} hidden={} table_stride={} vec={} index={} target={}{}", op_name(op),
+  return fmt::format("{} dtype={} hidden={} table_stride={} vec={} index={} target={}{}{}", op_name(op),
                      dtype_name(dtype), hidden, table_stride, vec, index_type_name(index), target.name(),
-                     weighted ? " weight=yes" : (row.describes_weight ? " weight=no" : ""));
+                     weighted ? " weight=yes" : (row.describes_weight ? " weight=no" : ""),
+                     modulated ? " modulation=yes" : "");
 }
 
 std::optional<KernelSpec> parse_spec(std::string_view text) {
@@ -143,6 +144,9 @@ std::optional<KernelSpec> parse_spec(std::string_view text) {
     } else if (key == "weight") {
       ok = value == "yes" || value == "no";
       spec.weighted = value == "yes";
+    } else if (key == "modulation") {
+      ok = value == "yes";
+      spec.modulated = true;
     } else {
       ok = false;
     }
@@ -158,9 +162,9 @@ std::string KernelSpec::stem() const {
     return fmt::format("{}_{}_k{}_n{}_{}_r{}{}_{}{}", op_name(op), dtype_name(dtype), hidden, out_features,
                        silu ? "silu" : "none", row_tile, grad_dtype == DType::F32 ? "" : "_gbf16",
                        target.ptx ? "compute" : "sm", target.sm);
-  return fmt::format("{}_{}_h{}_ts{}_v{}_{}_{}{}{}", op_name(op), dtype_name(dtype), hidden,
+  return fmt::format("{}_{}_h{}_ts{}_v{}_{}_{}{}{}{}", op_name(op), dtype_name(dtype), hidden,
                      table_stride, vec, index == IndexType::I32 ? "i32" : "i64",
-                     target.ptx ? "compute" : "sm", target.sm, weighted ? "_w" : "");
+                     target.ptx ? "compute" : "sm", target.sm, weighted ? "_w" : "", modulated ? "_m" : "");
 }
 
 size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
@@ -170,7 +174,7 @@ size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
   auto mix = [&h](uint64_t v) { h = (h ^ v) * 0x9E3779B97F4A7C15ull; };
   mix(static_cast<uint64_t>(s.op) | static_cast<uint64_t>(s.dtype) << 8 |
       static_cast<uint64_t>(s.index) << 16 | static_cast<uint64_t>(s.target.ptx) << 24 |
-      static_cast<uint64_t>(s.weighted) << 32);
+      static_cast<uint64_t>(s.weighted) << 32 | static_cast<uint64_t>(s.modulated) << 40);
   mix(static_cast<uint64_t>(s.hidden));
   mix(static_cast<uint64_t>(s.table_stride));
   mix(static_cast<uint64_t>(s.vec) << 32 | static_cast<uint32_t>(s.target.sm));

@@ -58,6 +58,7 @@ struct KernelSpec {
   int64_t table_stride = 0;  ///< row stride of the table view, in elements (rms_norm: 0 = plain)
   int vec = 1;               ///< elements per memory access (16 bytes / element size, or 1)
   bool weighted = false;     ///< rms_norm: multiplies by a weight vector
+  bool modulated = false;    ///< gate_residual_rms_norm: the norm is AdaLN-modulated (rms_norm: table_stride > 0)
   int64_t out_features = 0;  ///< det_linear (and its backward): N
   bool silu = false;         ///< det_linear: SiLU (fp32: on the output; bf16: on the input)
   int row_tile = 0;          ///< det_linear: rows per launch tile
@@ -66,7 +67,8 @@ struct KernelSpec {
 
   bool operator==(const KernelSpec& o) const {
     return op == o.op && dtype == o.dtype && index == o.index && hidden == o.hidden &&
-           table_stride == o.table_stride && vec == o.vec && weighted == o.weighted && out_features == o.out_features &&
+           table_stride == o.table_stride && vec == o.vec && weighted == o.weighted && modulated == o.modulated &&
+           out_features == o.out_features &&
            silu == o.silu && row_tile == o.row_tile && grad_dtype == o.grad_dtype && target == o.target;
   }
   /// Canonical, human-readable description, e.g.

@@ -51,7 +51,7 @@ struct LaunchPlan {
 /// The launches of one multi-kernel op (a backward: plan, tiles, folds), run in order on one
 /// stream. Fixed-size, like LaunchPlan.
 struct LaunchSequence {
-  static constexpr int kMaxSteps = 10;
+  static constexpr int kMaxSteps = 16;
 
   LaunchPlan steps[kMaxSteps];
   int count = 0;

@@ -148,7 +148,8 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
                                       table_stride, 4, a.weight != nullptr);
     if (rows > INT_MAX) return invalid(arg("x"), fmt::format("has too many rows ({}) for one launch", rows));
     LaunchPlan& dx = sequence.add(spec, device, static_cast<uint32_t>(rows), codegen::backward_threads(spec));
-    for (uint64_t v : {data_address(a.grad), data_address(a.x), weight, scale, index, data_address(a.rstd)}) dx.push(v);
+    for (uint64_t v : {data_address(a.grad), uint64_t{0}, data_address(a.x), weight, scale, index, data_address(a.rstd)})
+      dx.push(v);  // no residual gradient: dx is the norm's alone
     dx.push_double(a.eps);  // fp32 dx recomputes rstd (in fp64) instead of reading the forward's
     for (uint64_t v : {data_address(*a.dx), static_cast<uint64_t>(rows), static_cast<uint64_t>(seq),
                        static_cast<uint64_t>(table_rows)})
@@ -197,6 +198,10 @@ std::vector<std::string_view> dx_templates(const KernelSpec&) {
 std::vector<std::string_view> param_grad_templates(const KernelSpec&) {
   return {"quad_io.cuh", "fixed_order_sum.cuh", "segment_tiles.cuh", "rms_norm_param_grad.cuh"};
 }
+// dx, of the norm alone (gate_residual_rms_norm's backward adds the residual gradient).
+std::string dx_constants(const KernelSpec& spec) {
+  return render_backward_constants(spec) + "constexpr bool kResidualGrad = false;\n";
+}
 // dx: both index types where modulated, weighted and unweighted.
 std::vector<KernelSpec> dx_family(DType dtype, int64_t hidden, int64_t table_stride) {
   std::vector<KernelSpec> specs;
@@ -222,7 +227,7 @@ const OpRow kRmsNormBackwardRow = {
     Op::RmsNormBackward, "rms_norm_backward", /*code=*/8, OpRole::Backward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    dx_templates, render_backward_constants, rms_norm_rule, dx_family};
+    dx_templates, dx_constants, rms_norm_rule, dx_family};
 // The parameter tiles keep row_unroll 4: 16 cost more at large S (160 registers, fewer blocks per
 // SM) than they gained at small S (docs/perf-notes.md, backward v3).
 const OpRow kRmsNormTableGradRow = {

@@ -18,6 +18,8 @@
 // final rounding, and recomputing it cost ~0.4 ms at S = 131072 for no measurable gain. Every operation
 // is written out, so nothing is left for the compiler to contract. The row's x, grad (and scale)
 // stay in registers across the barrier: one read of each.
+// kResidualGrad (gate_residual_rms_norm's backward, where x is the residual stream h that also flows
+// on): dx = rT(add(rT(dx), residual_grad)), the sum eager's autograd forms for h's two uses.
 namespace rms_norm_backward {
 
 typedef xj::StorageOf<spec::kDType>::type T;
@@ -66,7 +68,8 @@ __device__ __forceinline__ void load_parameters(const T* scale_row, const T* wei
 }  // namespace rms_norm_backward
 
 extern "C" __global__ void __launch_bounds__(rms_norm_backward::kRowThreads)
-XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward::T* __restrict__ x,
+XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward::T* __restrict__ residual_grad,
+         const rms_norm_backward::T* __restrict__ x,
          const rms_norm_backward::T* __restrict__ weight, const rms_norm_backward::T* __restrict__ scale,
          const rms_norm_backward::Index* __restrict__ index, const float* __restrict__ rstd, double eps,
          rms_norm_backward::T* __restrict__ dx, long long rows, long long seq, long long table_rows,
@@ -138,6 +141,12 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
         if (kExactRstd) small = xj::fma(r_lo, wd, small);
         if (kHasLo) small = xj::fma(r, wd_lo, small);
         out.v[e] = xj::round_to<T>(xj::fma(r, wd, small));
+      }
+      if (spec::kResidualGrad) {
+        Quad rq;
+        xj::load_quad(rq, residual_grad + row * spec::kHidden + 4 * (t + k * kRowThreads));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) out.v[e] = xj::round_to<T>(xj::add(xj::to_float(out.v[e]), xj::to_float(rq.v[e])));
       }
       xj::store_quad(dx_row + 4 * (t + k * kRowThreads), out);
     }

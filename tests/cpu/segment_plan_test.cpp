@@ -254,9 +254,11 @@ TEST(RmsNormBackwardValidation, ModulatedCallPlansEveryGradient) {
                                                &dshift.t, &dscale.t, &workspace.t}))
                 .find("rms_norm_backward: eps must be finite and >= 0"),
             std::string::npos);
-  // The dx kernel takes eps as a double after grad, x, weight, scale, index and rstd.
+  // The dx kernel takes eps as a double after grad, the residual gradient (none: 0), x, weight,
+  // scale, index and rstd.
+  EXPECT_EQ(sequence->steps[3].params[1], 0u);
   double eps = 0;
-  std::memcpy(&eps, &sequence->steps[3].params[6], sizeof eps);
+  std::memcpy(&eps, &sequence->steps[3].params[7], sizeof eps);
   EXPECT_EQ(eps, 1e-5);
 }
 

@@ -94,6 +94,18 @@ exactjit_status_t xj_rms_norm(xj_runtime* runtime, const DLTensor* x, const DLTe
   return finish(runtime->runtime.rms_norm(*x, weight, shift, scale, index, *out, rstd, eps, stream));
 }
 
+exactjit_status_t xj_gate_residual_rms_norm(xj_runtime* runtime, const DLTensor* residual, const DLTensor* gate,
+                                            const DLTensor* index, const DLTensor* y, const DLTensor* weight,
+                                            const DLTensor* shift, const DLTensor* scale, const DLTensor* h,
+                                            const DLTensor* out, const DLTensor* rstd, double eps, void* stream) {
+  if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "gate_residual_rms_norm: runtime must not be NULL");
+  if (!residual || !gate || !index || !y || !h || !out)
+    return fail(XJ_ERROR_INVALID_ARGUMENT,
+                "gate_residual_rms_norm: residual, gate, index, y, h and out must not be NULL");
+  return finish(runtime->runtime.gate_residual_rms_norm(*residual, *gate, *index, *y, weight, shift, scale, *h, *out,
+                                                        rstd, eps, stream));
+}
+
 exactjit_status_t xj_timestep_sinusoid(xj_runtime* runtime, const DLTensor* t, const DLTensor* out, double max_period,
                                        int flip_sin_to_cos, double downscale_freq_shift, double scale, int check_range,
                                        void* stream) {
@@ -154,6 +166,26 @@ exactjit_status_t xj_rms_norm_backward(xj_runtime* runtime, const DLTensor* grad
     return fail(XJ_ERROR_INVALID_ARGUMENT, "rms_norm_backward: grad, x and rstd must not be NULL");
   return finish(runtime->runtime.rms_norm_backward(*grad, *x, weight, scale, index, *rstd, eps, dx, dweight, dshift, dscale,
                                                    workspace, stream));
+}
+
+long long xj_gate_residual_rms_norm_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
+                                                             long long hidden, int weighted, int modulated) {
+  return exactjit::gate_residual_rms_norm_backward_workspace_bytes(rows, seq, table_rows, hidden, weighted != 0,
+                                                                   modulated != 0);
+}
+
+exactjit_status_t xj_gate_residual_rms_norm_backward(
+    xj_runtime* runtime, const DLTensor* grad_out, const DLTensor* grad_h, const DLTensor* h, const DLTensor* y,
+    const DLTensor* gate, const DLTensor* index, const DLTensor* weight, const DLTensor* scale, const DLTensor* rstd,
+    double eps, const DLTensor* d_residual, const DLTensor* d_y, const DLTensor* d_gate, const DLTensor* d_weight,
+    const DLTensor* d_shift, const DLTensor* d_scale, const DLTensor* workspace, void* stream) {
+  if (!runtime) return fail(XJ_ERROR_INVALID_ARGUMENT, "gate_residual_rms_norm_backward: runtime must not be NULL");
+  if (!grad_out || !h || !y || !gate || !index || !rstd || !d_residual)
+    return fail(XJ_ERROR_INVALID_ARGUMENT,
+                "gate_residual_rms_norm_backward: grad_out, h, y, gate, index, rstd and d_residual must not be NULL");
+  return finish(runtime->runtime.gate_residual_rms_norm_backward(*grad_out, grad_h, *h, *y, *gate, *index, weight,
+                                                                 scale, *rstd, eps, *d_residual, d_y, d_gate,
+                                                                 d_weight, d_shift, d_scale, workspace, stream));
 }
 
 long long xj_adaln_row_gather_backward_workspace_bytes(long long seq, long long table_rows, long long hidden) {

@@ -14,6 +14,7 @@
 #include "kernels/det_linear_backward.hpp"
 #include "kernels/gate_residual.hpp"
 #include "kernels/gate_residual_backward.hpp"
+#include "kernels/gate_residual_rms_norm.hpp"
 #include "kernels/rms_norm.hpp"
 #include "kernels/rms_norm_backward.hpp"
 #include "kernels/timestep_sinusoid.hpp"
@@ -248,6 +249,15 @@ Status Runtime::rms_norm(const DLTensor& x, const DLTensor* weight, const DLTens
   return to_status(impl_->launch(*plan, stream));
 }
 
+Status Runtime::gate_residual_rms_norm(const DLTensor& residual, const DLTensor& gate, const DLTensor& index,
+                                       const DLTensor& y, const DLTensor* weight, const DLTensor* shift,
+                                       const DLTensor* scale, const DLTensor& h, const DLTensor& out,
+                                       const DLTensor* rstd, double eps, void* stream) {
+  auto plan = plan_gate_residual_rms_norm({residual, gate, index, y, weight, shift, scale, h, out, rstd, eps});
+  if (!plan) return to_status(plan.takeError());
+  return to_status(impl_->launch(*plan, stream));
+}
+
 Status Runtime::timestep_sinusoid(const DLTensor& t, const DLTensor& out, double max_period, bool flip_sin_to_cos,
                                   double downscale_freq_shift, double scale, bool check_range, void* stream) {
   auto plan =
@@ -294,6 +304,20 @@ Status Runtime::rms_norm_backward(const DLTensor& grad, const DLTensor& x, const
   return to_status(impl_->launch(*sequence, stream));
 }
 
+Status Runtime::gate_residual_rms_norm_backward(const DLTensor& grad_out, const DLTensor* grad_h, const DLTensor& h,
+                                                const DLTensor& y, const DLTensor& gate, const DLTensor& index,
+                                                const DLTensor* weight, const DLTensor* scale, const DLTensor& rstd,
+                                                double eps, const DLTensor& d_residual, const DLTensor* d_y,
+                                                const DLTensor* d_gate, const DLTensor* d_weight,
+                                                const DLTensor* d_shift, const DLTensor* d_scale,
+                                                const DLTensor* workspace, void* stream) {
+  auto sequence = plan_gate_residual_rms_norm_backward({grad_out, grad_h, h, y, gate, index, weight, scale, rstd, eps,
+                                                        d_residual, d_y, d_gate, d_weight, d_shift, d_scale,
+                                                        workspace});
+  if (!sequence) return to_status(sequence.takeError());
+  return to_status(impl_->launch(*sequence, stream));
+}
+
 Status Runtime::adaln_row_gather_backward(const DLTensor& grad, const DLTensor& timestep_indices,
                                           const DLTensor& token_tags, const DLTensor& d_rows,
                                           const DLTensor* workspace, void* stream) {
@@ -319,6 +343,11 @@ long long gate_residual_backward_workspace_bytes(long long rows, long long seq, 
 long long rms_norm_backward_workspace_bytes(long long rows, long long seq, long long table_rows, long long hidden,
                                             bool weighted) {
   return rms_norm_backward_workspace(rows, seq, table_rows, hidden, weighted);
+}
+
+long long gate_residual_rms_norm_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
+                                                          long long hidden, bool weighted, bool modulated) {
+  return gate_residual_rms_norm_backward_workspace(rows, seq, table_rows, hidden, weighted, modulated);
 }
 
 long long adaln_row_gather_backward_workspace_bytes(long long seq, long long table_rows, long long hidden) {

@@ -84,6 +84,16 @@ class Runtime {
   Status rms_norm(const DLTensor& x, const DLTensor* weight, const DLTensor* shift, const DLTensor* scale,
                   const DLTensor* index, const DLTensor& out, const DLTensor* rstd, double eps, void* stream);
 
+  /// The gated residual feeding the next RMSNorm, in one kernel that reads residual and y once:
+  /// h = gate_residual(residual, gate, index, y) and out = rms_norm(h, weight, shift, scale, index),
+  /// each bitwise equal to its eager expression. The rules are both ops' (h is gate_residual's out
+  /// and rms_norm's x), plus: residual, y and gate aligned to 4 elements, the gate's row stride a
+  /// multiple of 4, shift and scale (or neither) with the gate's rows and row stride.
+  Status gate_residual_rms_norm(const DLTensor& residual, const DLTensor& gate, const DLTensor& index,
+                                const DLTensor& y, const DLTensor* weight, const DLTensor* shift,
+                                const DLTensor* scale, const DLTensor& h, const DLTensor& out, const DLTensor* rstd,
+                                double eps, void* stream);
+
   /// diffusers get_timestep_embedding, bitwise: t (T,) float32 -> out (T, C) float32 contiguous.
   /// With check_range, a t that is not finite or outside [0, 1] is reported like a bad index.
   Status timestep_sinusoid(const DLTensor& t, const DLTensor& out, double max_period, bool flip_sin_to_cos,
@@ -122,6 +132,16 @@ class Runtime {
                            const DLTensor* dweight,
                            const DLTensor* dshift, const DLTensor* dscale, const DLTensor* workspace, void* stream);
 
+  /// gate_residual_rms_norm's backward: d_residual = rT(grad_h + dh) (grad_h null: dh), the norm's
+  /// dh from grad_out as rms_norm_backward computes it; then d_y, d_gate from d_residual as
+  /// gate_residual_backward, d_weight, d_shift, d_scale from grad_out as rms_norm_backward.
+  Status gate_residual_rms_norm_backward(const DLTensor& grad_out, const DLTensor* grad_h, const DLTensor& h,
+                                         const DLTensor& y, const DLTensor& gate, const DLTensor& index,
+                                         const DLTensor* weight, const DLTensor* scale, const DLTensor& rstd,
+                                         double eps, const DLTensor& d_residual, const DLTensor* d_y,
+                                         const DLTensor* d_gate, const DLTensor* d_weight, const DLTensor* d_shift,
+                                         const DLTensor* d_scale, const DLTensor* workspace, void* stream);
+
   /// grad (6, S, H) -> d_rows (3T, 6H) contiguous in grad's dtype or float32.
   Status adaln_row_gather_backward(const DLTensor& grad, const DLTensor& timestep_indices,
                                    const DLTensor& token_tags, const DLTensor& d_rows, const DLTensor* workspace,
@@ -156,6 +176,8 @@ long long gate_residual_backward_workspace_bytes(long long rows, long long seq, 
 long long rms_norm_backward_workspace_bytes(long long rows, long long seq, long long table_rows, long long hidden,
                                             bool weighted);
 long long adaln_row_gather_backward_workspace_bytes(long long seq, long long table_rows, long long hidden);
+long long gate_residual_rms_norm_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
+                                                          long long hidden, bool weighted, bool modulated);
 long long det_linear_backward_workspace_bytes(long long rows, long long in_features, long long out_features);
 
 }  // namespace exactjit

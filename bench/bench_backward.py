@@ -1,18 +1,25 @@
 #!/usr/bin/env python3
 """Forward + backward: exactjit against PyTorch eager and deterministic eager, on the GPU machine.
 
-Two training steps of the DiT block's conditioning chain, each timed as one forward plus one
-torch.autograd.grad of a fixed upstream gradient (a new autograd graph per call, as in training):
+Three training steps of the DiT block's conditioning chain, each timed as one forward plus one
+torch.autograd.grad of fixed upstream gradients (a new autograd graph per call, as in training):
   gate_residual     out = residual + gate[index] * y, gate the strided chunk-2 view of a (T, 18H)
                     AdaLN table viewed (3T, 6H); gradients for residual, y and the table
   rms_norm+mod      norm(x) * (1 + scale[index]) + shift[index], the block form (no weight),
                     shift/scale chunks 0/1 of the same table; gradients for x and the table
-Three implementations of each, side by side in one process:
+  gate_residual+rms_norm+mod
+                    h = residual + gate[index] * y, then out = rms_norm(h, weight) * (1 + scale[index])
+                    + shift[index] (the first gated residual and norm2 of a block: gate, shift, scale
+                    chunks 2, 3, 4 of one table); upstream gradients for both h and out (h is the next
+                    residual); gradients for residual, y, the table and the norm weight
+Three implementations of the first two, side by side in one process:
   exactjit          exactjit's op (an autograd Function over its deterministic backward)
   eager             the eager expression (index_select backward = index_add_ with atomics)
   eager det         the same with torch.use_deterministic_algorithms(True) (CUBLAS_WORKSPACE_CONFIG
                     is set, as that mode requires; torch then also fills new tensors from
                     torch.empty, torch.utils.deterministic.fill_uninitialized_memory, as shipped)
+and five of the third: exactjit fused (gate_residual_rms_norm), exactjit 2 ops (gate_residual, then
+rms_norm), eager, eager det, and torch.compile of the two eager expressions (default settings).
 
 Timing is bench_forward.py's Timer: CUDA events around batches of calls after warm-up, input sets
 rotated so they exceed 256 MB (nothing timed from L2), the host queued ahead by torch.cuda._sleep;
@@ -20,7 +27,10 @@ median over --reps batches. Minimum bytes moved (the floor at the measured copy 
   gate_residual  6*S*H*elem  (forward reads residual and y and writes out; backward reads grad and y
                               and writes d_y; d_residual is grad itself)
   rms_norm+mod   5*S*H*elem  (forward reads x, writes out; backward reads grad and x, writes dx)
-Checks on the first input set (not timed): forward output and, for gate_residual, d_y bitwise equal
+  gate_residual+rms_norm+mod
+                 10*S*H*elem (forward reads residual and y, writes h and out; backward reads both
+                              upstream gradients, h and y, writes d_residual and d_y)
+Checks on the first input set (not timed): forward outputs and, for gate_residual, d_y bitwise equal
 to eager's; "repeatable": two runs give bit-identical gradients (eager's table gradient, summed
 with atomics, usually does not).
 
@@ -43,13 +53,16 @@ sys.path.insert(0, BENCH)
 
 import torch  # noqa: E402
 
-from bench_forward import (BITS, CHUNK, EPS, T, Timer, add_speedups, add_timing, finish,  # noqa: E402
-                           gate_inputs, gate_residual_eager, git_commit, load_exactjit, log, measure_copy,
+from bench_forward import (BITS, CHUNK, EPS, FUSED, T, Timer, add_speedups, add_timing, finish,  # noqa: E402
+                           gate_inputs, gate_residual_eager, gate_residual_rms_norm_eager,
+                           gate_residual_rms_norm_for_compile, git_commit, load_exactjit, log, measure_copy,
                            rms_inputs, rms_norm_modulated_eager, rotating_sets)
 
+OPS = ("gate_residual", "rms_norm+mod", FUSED)
 TARGETS_MS = {"gate_residual": 2.5, "rms_norm+mod": 3.0}  # at S = TARGET_S
 TARGET_S = 131072
 IMPLS = ("exactjit", "eager", "eager det")
+FUSED_IMPLS = ("exactjit fused", "exactjit 2 ops", "eager", "eager det", "torch.compile")
 
 
 def gate_step(forward):
@@ -69,6 +82,18 @@ def rms_step(forward):
         rows = table.view(3 * T, 6 * h)
         out = forward(x, rows[:, 0:h], rows[:, h:2 * h], index)
         return out, torch.autograd.grad(out, (x, table), grad)
+    return step
+
+
+def fused_step(forward):
+    """One forward + backward of the gated residual and the norm of its output, upstream gradients
+    for both: returns ((h, out), (d_residual, d_table, d_y, d_weight))."""
+    def step(residual, table, index, y, weight, grad_h, grad_out):
+        hidden = table.shape[1] // 18
+        rows = table.view(3 * T, 6 * hidden)
+        gate, shift, scale = (rows[:, c * hidden:(c + 1) * hidden] for c in (2, 3, 4))
+        h, out = forward(residual, gate, index, y, weight, shift, scale)
+        return (h, out), torch.autograd.grad((h, out), (residual, table, y, weight), (grad_h, grad_out))
     return step
 
 
@@ -101,7 +126,23 @@ def rms_sets(s, h, dtype, seed):
     return rotating_sets(2 * s * h * elem + T * 18 * h * elem, seed, draw)
 
 
+def fused_sets(s, h, dtype, seed):
+    """(residual, table, index, y, weight, grad_h, grad_out) sets, leaves requiring grad, > WORKING_SET in total."""
+    elem = torch.finfo(dtype).bits // 8
+
+    def draw(gen):
+        residual, y, table, index = gate_inputs(gen, s, h, dtype)
+        weight = (1 + 0.1 * torch.randn(h, generator=gen, device="cuda")).to(dtype)
+        grad_h, grad_out = (torch.randn((s, h), generator=gen, device="cuda", dtype=dtype) for _ in range(2))
+        return (residual.requires_grad_(True), table.requires_grad_(True), index, y.requires_grad_(True),
+                weight.requires_grad_(True), grad_h, grad_out)
+    return rotating_sets(4 * s * h * elem + T * 18 * h * elem, seed, draw)
+
+
 def bitwise_equal(a, b):
+    """Tensors, or tuples of them (the fused op's (h, out)), equal bit for bit."""
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(bitwise_equal(x, y) for x, y in zip(a, b))
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.view(BITS[a.dtype]), b.view(BITS[b.dtype]))
 
 
@@ -120,9 +161,26 @@ class deterministic:
 
 
 def bench_op(timer, xj, op, s, h, seed, copy_gbs):
-    """Rows for the three implementations of `op` at sequence length s (bf16, B = 1)."""
+    """Rows for the implementations of `op` at sequence length s (bf16, B = 1)."""
     dtype, elem = torch.bfloat16, 2
-    if op == "gate_residual":
+    impls = IMPLS
+    if op == FUSED:
+        sets = fused_sets(s, h, dtype, seed)
+        nbytes = 10 * s * h * elem
+        impls = FUSED_IMPLS
+        forwards = {"eager": gate_residual_rms_norm_eager, "eager det": gate_residual_rms_norm_eager,
+                    "torch.compile": torch.compile(gate_residual_rms_norm_for_compile, dynamic=False)}
+        if xj is not None:
+            def fused(residual, gate, index, y, weight, shift, scale):
+                return xj.gate_residual_rms_norm(residual, gate, index, y, weight, EPS, shift=shift, scale=scale)
+
+            def two_ops(residual, gate, index, y, weight, shift, scale):
+                gated = xj.gate_residual(residual, gate, index, y)
+                return gated, xj.rms_norm(gated, weight, EPS, shift=shift, scale=scale, index=index)
+            forwards.update({"exactjit fused": fused, "exactjit 2 ops": two_ops})
+        make_step = fused_step
+        grad_names = ("d_residual", "d_table", "d_y", "d_weight")
+    elif op == "gate_residual":
         sets = gate_sets(s, h, dtype, seed)
         nbytes = 6 * s * h * elem
         forwards = {"exactjit": (lambda r, g, i, y: xj.gate_residual(r, g, i, y)) if xj is not None else None,
@@ -142,8 +200,8 @@ def bench_op(timer, xj, op, s, h, seed, copy_gbs):
         f"floor {floor_ms:.3f} ms")
     reference = make_step(forwards["eager"])(*sets[0])
     rows = []
-    for impl in IMPLS:
-        forward = forwards[impl]
+    for impl in impls:
+        forward = forwards.get(impl)
         if forward is None:
             continue
         row = dict(op=op, impl=impl, dtype="bf16", S=s, B=1, H=h, bytes=nbytes, floor_ms=round(floor_ms, 4))
@@ -172,9 +230,9 @@ def bench_op(timer, xj, op, s, h, seed, copy_gbs):
             traceback.print_exc()
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         rows.append(row)
-        log("  " + (f"{impl:<10} {row['ms']:.4f} ms  {row['gbs']:6.0f} GB/s  {row['pct_copy']:5.1f}% copy  "
+        log("  " + (f"{impl:<14} {row['ms']:.4f} ms  {row['gbs']:6.0f} GB/s  {row['pct_copy']:5.1f}% copy  "
                     f"out bitwise={row['out_bitwise']}  repeatable={row['repeatable']}  "
-                    f"host {row['host_us']:.1f} us/call" if "ms" in row else f"{impl:<10} ERROR {row['error']}"))
+                    f"host {row['host_us']:.1f} us/call" if "ms" in row else f"{impl:<14} ERROR {row['error']}"))
     add_speedups(rows, "impl", (("eager", "vs_eager"), ("eager det", "vs_eager_det")))
     del sets, reference
     torch.cuda.empty_cache()
@@ -187,13 +245,18 @@ def yes_no(v):
 
 def markdown(meta, rows):
     lines = [
-        "# Forward + backward: exactjit vs PyTorch eager vs deterministic eager (gate_residual, rms_norm+mod)", "",
+        "# Forward + backward: exactjit vs PyTorch eager vs deterministic eager (gate_residual, rms_norm+mod, "
+        f"{FUSED})", "",
         *(f"- {k}: {v}" for k, v in meta.items()),
-        "- one call = forward + torch.autograd.grad of a fixed upstream gradient (gate_residual: for residual, y "
-        "and the AdaLN table; rms_norm+mod, block form without weight: for x and the table)",
-        "- bytes = the minimum a fused forward + backward moves: gate_residual 6*S*H*elem, rms_norm+mod "
-        "5*S*H*elem; floor = bytes / copy bandwidth",
-        "- speedup = the reference's ms / this row's ms (> 1: this row is faster); out = eager: forward output "
+        "- one call = forward + torch.autograd.grad of fixed upstream gradients (gate_residual: for residual, y "
+        "and the AdaLN table; rms_norm+mod, block form without weight: for x and the table; "
+        f"{FUSED}, h = residual + gate[i] * y then rms_norm(h, weight) * (1 + scale[i]) + shift[i], upstream "
+        "gradients for both h and out: for residual, y, the table (gate, shift, scale chunks) and the weight; "
+        "exactjit fused = gate_residual_rms_norm, exactjit 2 ops = gate_residual then rms_norm, torch.compile = "
+        "the two eager expressions compiled, default settings)",
+        f"- bytes = the minimum a fused forward + backward moves: gate_residual 6*S*H*elem, rms_norm+mod "
+        f"5*S*H*elem, {FUSED} 10*S*H*elem; floor = bytes / copy bandwidth",
+        "- speedup = the reference's ms / this row's ms (> 1: this row is faster); out = eager: forward output(s) "
         "bitwise equal to eager's; d_y = eager: gate_residual's d_y bitwise equal to eager's; repeatable: two runs "
         "give bit-identical gradients (else the gradients that differed)",
         f"- targets (exactjit at S={TARGET_S}): " + ", ".join(f"{op} <= {ms} ms" for op, ms in TARGETS_MS.items()),
@@ -232,7 +295,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="4097,32768,131072", help="comma-separated S values")
     p.add_argument("--hidden", type=int, default=5376)
-    p.add_argument("--ops", default="gate_residual,rms_norm+mod", help="comma-separated: gate_residual,rms_norm+mod")
+    p.add_argument("--ops", default=",".join(OPS), help="comma-separated: " + ",".join(OPS))
     p.add_argument("--reps", type=int, default=50, help="timed batches per implementation (median)")
     p.add_argument("--seed", type=int, default=4321)
     p.add_argument("--report", help="markdown report path")
@@ -241,7 +304,7 @@ def main():
     args.reps = max(args.reps, 50)
     sizes = [int(v) for v in args.sizes.split(",") if v]
     ops = [o for o in args.ops.split(",") if o]
-    unknown = set(ops) - set(TARGETS_MS)
+    unknown = set(ops) - set(OPS)
     if unknown:
         p.error(f"unknown ops {sorted(unknown)}")
 
@@ -253,7 +316,8 @@ def main():
         fill = "n/a"
     meta = dict(commit=git_commit(), torch=torch.__version__, device=torch.cuda.get_device_name(),
                 hidden=args.hidden, B=1, dtype="bf16",
-                table=f"(3T, 6H) view of (T, 18H), T={T}; gate chunk {CHUNK}, shift/scale chunks 0/1; index int64",
+                table=f"(3T, 6H) view of (T, 18H), T={T}; gate chunk {CHUNK}, shift/scale chunks 0/1 ({FUSED}: gate, "
+                      "shift, scale chunks 2, 3, 4); index int64",
                 reps=args.reps, CUBLAS_WORKSPACE_CONFIG=os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
                 deterministic_fill_uninitialized_memory=fill)
     xj = load_exactjit(meta, need_backward=True)

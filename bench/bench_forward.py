@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Forward ops: exactjit against PyTorch eager and torch.compile, on the GPU machine.
 
-gate_residual, then adaln_row_gather (vs six eager index_selects) and rms_norm (modulated vs eager
-and both compile modes; plain vs PyTorch's fused RMSNorm), each at every --sizes S.
+gate_residual, then adaln_row_gather (vs six eager index_selects), rms_norm (modulated vs eager
+and both compile modes; plain vs PyTorch's fused RMSNorm) and gate_residual_rms_norm (the fused op vs
+exactjit's gate_residual then rms_norm, eager and both compile modes of the two expressions), each
+at every --sizes S.
 
 gate_residual: four implementations of `residual + gate.index_select(0, index) * y`, timed side by side in one
 process (PERFORMANCE.md, "Method"):
@@ -435,14 +437,101 @@ def bench_rms_norm(timer, xj, s, h, seed, copy_gbs):
     return out
 
 
+def gate_residual_rms_norm_eager(residual, gate, idx, y, weight, shift, scale):
+    h = residual + gate.index_select(0, idx) * y
+    return h, torch.nn.functional.rms_norm(h, (h.shape[-1],), weight, EPS) * (1 + scale.index_select(0, idx)) + \
+        shift.index_select(0, idx)
+
+
+def gate_residual_rms_norm_for_compile(residual, gate, idx, y, weight, shift, scale):
+    h = residual + gate.index_select(0, idx) * y
+    return h, torch.nn.functional.rms_norm(h, (h.shape[-1],), weight, EPS) * (1 + scale.index_select(0, idx)) + \
+        shift.index_select(0, idx)
+
+
+def gate_residual_rms_norm_for_compile_emulate(residual, gate, idx, y, weight, shift, scale):
+    h = residual + gate.index_select(0, idx) * y
+    return h, torch.nn.functional.rms_norm(h, (h.shape[-1],), weight, EPS) * (1 + scale.index_select(0, idx)) + \
+        shift.index_select(0, idx)
+
+
+FUSED = "gate_residual+rms_norm+mod"  # the family of bench_gate_residual_rms_norm's rows
+
+
+def bench_gate_residual_rms_norm(timer, xj, s, h, seed, copy_gbs):
+    """The gated residual and the weighted, modulated rms_norm of its output (bf16), as the block
+    writes them (gate, shift and scale chunks 2, 3 and 4 of one table): exactjit's fused op, exactjit's
+    gate_residual then rms_norm, and eager and torch.compile (with and without
+    emulate_precision_casts) of the two expressions. bytes = 4*S*H*elem (read residual and y, write h
+    and out; table rows and weight stay in L2); bitwise: h and out both equal to eager's."""
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+    dtype, elem = torch.bfloat16, 2
+
+    def draw(gen):
+        residual, y, table, index = gate_inputs(gen, s, h, dtype)
+        rows = table.view(3 * T, 6 * h)
+        weight = (1 + 0.1 * torch.randn(h, generator=gen, device="cuda")).to(dtype)
+        return residual, rows[:, 2 * h:3 * h], index, y, weight, rows[:, 3 * h:4 * h], rows[:, 4 * h:5 * h]
+    sets = rotating_sets(2 * s * h * elem + T * 18 * h * elem, seed, draw)
+    nbytes = 4 * s * h * elem
+    floor_ms = nbytes / (copy_gbs * 1e9) * 1e3
+
+    def compiled(fn, emulate):
+        torch._dynamo.reset()
+        if hasattr(inductor_config, "emulate_precision_casts"):
+            inductor_config.emulate_precision_casts = emulate
+        return torch.compile(fn, dynamic=False)
+
+    def xj_fused(residual, gate, idx, y, weight, shift, scale):
+        return xj.gate_residual_rms_norm(residual, gate, idx, y, weight, EPS, shift=shift, scale=scale)
+
+    def xj_two_ops(residual, gate, idx, y, weight, shift, scale):
+        gated = xj.gate_residual(residual, gate, idx, y)
+        return gated, xj.rms_norm(gated, weight, EPS, shift=shift, scale=scale, index=idx)
+
+    cases = [(f"{FUSED} eager", lambda: gate_residual_rms_norm_eager),
+             (f"{FUSED} exactjit fused", lambda: xj_fused),
+             (f"{FUSED} exactjit 2 ops", lambda: xj_two_ops),
+             (f"{FUSED} torch.compile", lambda: compiled(gate_residual_rms_norm_for_compile, False)),
+             (f"{FUSED} compile+emulate", lambda: compiled(gate_residual_rms_norm_for_compile_emulate, True))]
+    reference = gate_residual_rms_norm_eager(*sets[0])
+    out = []
+    for name, make in cases:
+        row = dict(dtype="bf16", S=s, B=1, H=h, op=name, bytes=nbytes, floor_ms=round(floor_ms, 4))
+        try:
+            fn = make()
+            got = fn(*sets[0])
+            xj.synchronize()
+            row["bitwise"] = all(bitwise_equal(a, b) for a, b in zip(got, reference))
+            del got
+            ms, host_us, inner = timer.median_ms(fn, sets)
+            add_timing(row, ms, host_us, inner, nbytes, copy_gbs)
+            log(f"  {name:<44} {ms:.4f} ms  bitwise={row['bitwise']}")
+        except Exception as e:
+            traceback.print_exc()
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        finally:
+            if hasattr(inductor_config, "emulate_precision_casts"):
+                inductor_config.emulate_precision_casts = False
+        out.append(row)
+    add_speedups(out, "op", ((f"{FUSED} eager", "vs_eager"), (f"{FUSED} torch.compile", "vs_compile")))
+    del sets, reference
+    torch.cuda.empty_cache()
+    return out
+
+
 def markdown(meta, rows):
     lines = [
-        "# gate_residual, adaln_row_gather and rms_norm forward: exactjit vs PyTorch eager vs torch.compile", "",
+        "# gate_residual, adaln_row_gather, rms_norm and gate_residual_rms_norm forward: exactjit vs PyTorch eager vs "
+        "torch.compile", "",
         *(f"- {k}: {v}" for k, v in meta.items()),
         "- bytes = 3*B*S*H*elem (read residual, read y, write out) + R*H*elem (gate rows once, "
         "R = 3T); floor = bytes / copy bandwidth. adaln_row_gather: bytes = 6*S*H*elem written "
         "(table rows stay in L2), floor = bytes / copy bandwidth. rms_norm: bytes = 2*S*H*elem "
-        "(read x, write out)",
+        f"(read x, write out). {FUSED} (h = residual + gate[i] * y, then rms_norm(h, weight) * (1 + scale[i]) + "
+        "shift[i]; exactjit fused: one gate_residual_rms_norm call; exactjit 2 ops: gate_residual, then rms_norm): "
+        "bytes = 4*S*H*elem (read residual and y, write h and out); bitwise = h and out both equal to eager's",
         "- speedup = reference ms / this op's ms (> 1: this op is faster); bitwise = output equal "
         "to eager bit for bit; host us/call = Python time to issue one call (above median ms, "
         "a real program would be launch-bound at this size)", "",
@@ -513,6 +602,8 @@ def main():
         if xj is not None:
             for s in sizes:
                 rows += bench_rms_norm(timer, xj, s, args.hidden, args.seed, copy_gbs)
+            for s in sizes:
+                rows += bench_gate_residual_rms_norm(timer, xj, s, args.hidden, args.seed, copy_gbs)
     meta["seconds"] = round(time.perf_counter() - t_start, 1)
 
     return finish(args, meta, rows, markdown(meta, rows), xj, copy_gbs=copy_gbs)

@@ -103,7 +103,7 @@ def expected_calls(model, qk_norm=False, refiner_norms=False, det_linear=False):
     """How many times one forward of a patched MiniMaxH3Transformer3DModel calls each exactjit op
     (exactjit.integrations.diffusers.apply with these options) when every call takes the kernels."""
     layers, refiners = model.config.num_layers, model.config.num_refiner_layers
-    return dict(rms_norm=2 * layers + 1 + (2 * (layers + refiners) if qk_norm else 0)
+    return dict(rms_norm=layers + 1 + (2 * (layers + refiners) if qk_norm else 0)
                 + (2 * refiners + 1 if refiner_norms else 0),
-                gate_residual=2 * layers, timestep_sinusoid=1, timestep_mlp=int(det_linear),
-                adaln_projection=(layers + 1) if det_linear else 0)
+                gate_residual=layers, gate_residual_rms_norm=layers, timestep_sinusoid=1,
+                timestep_mlp=int(det_linear), adaln_projection=(layers + 1) if det_linear else 0)

@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-FORWARD_FAMILIES = ("adaln_row_gather", "rms_norm+mod", "rms_norm")
+FORWARD_FAMILIES = ("adaln_row_gather", "gate_residual+rms_norm+mod", "rms_norm+mod", "rms_norm")
 
 
 def forward_series(report):

@@ -22,6 +22,7 @@ enum class Op : uint8_t {
   RmsNorm,
   TimestepSinusoid,
   DetLinear,  ///< hidden = in_features K; out_features, silu and row_tile below
+  GateResidualRmsNorm,  ///< gate_residual into h, then rms_norm of h, one kernel
   // Backward passes (docs/backward.md).
   GateResidualBackward,      ///< d_y and the d_gate tile partials, one segment tile per block
   AdalnRowGatherBackward,    ///< d_rows tile partials, one (segment tile, chunk) per block
@@ -32,6 +33,7 @@ enum class Op : uint8_t {
   DetLinearInputGrad,        ///< d_input partials over 64-output chunks (folded by SegmentFold)
   DetLinearWeightGrad,       ///< d_weight and d_bias as ascending-row chains
   DetLinearInputFold,        ///< bf16 det_linear backward: folds the d_input partials, then SiLU's derivative
+  GateResidualRmsNormBackward,  ///< rms_norm's dx plus the residual stream's gradient, row-local
   // The segment plan (kernels/segment_plan.hpp) and the fold of tile partials.
   SegmentCount,    ///< hidden = number of index tensors combined into the key (1 or 2)
   SegmentScan,

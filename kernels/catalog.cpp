@@ -33,6 +33,7 @@ std::vector<KernelSpec> default_catalog(Target target) {
     add(Op::RmsNorm, dtype, 0);                    // plain (nn.RMSNorm, F.rms_norm)
     add(Op::RmsNorm, dtype, 6 * kDefaultHidden);   // block modulation over the (3T, 6H) chunks
     add(Op::RmsNorm, dtype, 2 * kDefaultHidden);   // final-norm modulation over the (T, 2H) table
+    add(Op::GateResidualRmsNorm, dtype, 6 * kDefaultHidden);  // the attention residual into norm2
   }
   KernelSpec sinusoid = timestep_sinusoid_spec(256);  // H3: 256 channels
   sinusoid.target = target;
@@ -47,6 +48,7 @@ std::vector<KernelSpec> default_catalog(Target target) {
       add(Op::RmsNormWeightGrad, dtype, stride);
     }
     add(Op::RmsNormTableGrad, dtype, 0);
+    add(Op::GateResidualRmsNormBackward, dtype, 6 * kDefaultHidden);
     for (const KernelSpec& spec : spec_family(Op::SegmentFold, dtype, 1, 0, target)) specs.push_back(spec);
   }
   for (int64_t keys : {1, 2})

@@ -13,6 +13,8 @@ llvm::ArrayRef<OpFamily> op_families() {
          {}},
         {"rms_norm", "--hidden H [--table-stride N]", "F.rms_norm, optionally AdaLN-modulated (with a table stride)",
          0, {}},
+        {"gate_residual_rms_norm", "--hidden H --table-stride N",
+         "gate_residual into h, then rms_norm of h (optionally modulated), in one pass", 6, {}},
         {"timestep_sinusoid", "--channels C", "diffusers' get_timestep_embedding", 0, {}},
         {"det_linear", "--in-features K --out-features N [--activation none|silu]",
          "batch-invariant linear layer (timestep MLP, AdaLN projection)", 0, {}},

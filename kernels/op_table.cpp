@@ -8,6 +8,7 @@
 #include "kernels/det_linear_backward.hpp"
 #include "kernels/gate_residual.hpp"
 #include "kernels/gate_residual_backward.hpp"
+#include "kernels/gate_residual_rms_norm.hpp"
 #include "kernels/rms_norm.hpp"
 #include "kernels/rms_norm_backward.hpp"
 #include "kernels/segment_plan.hpp"
@@ -20,12 +21,12 @@ namespace exactjit {
 namespace {
 
 // Listed by family, the forward first: `exactjit --help` shows them in this order.
-const std::array<const OpRow*, 18> kRows = {
+const std::array<const OpRow*, 20> kRows = {
     &kGateResidualRow,       &kGateResidualBackwardRow,  &kAdalnRowGatherRow,     &kAdalnRowGatherBackwardRow,
     &kRmsNormRow,            &kRmsNormBackwardRow,       &kRmsNormTableGradRow,   &kRmsNormWeightGradRow,
     &kTimestepSinusoidRow,   &kTimestepSinusoidBackwardRow, &kDetLinearRow,       &kDetLinearInputGradRow,
     &kDetLinearInputFoldRow, &kDetLinearWeightGradRow,   &kSegmentCountRow,       &kSegmentScanRow,
-    &kSegmentScatterRow,     &kSegmentFoldRow,
+    &kSegmentScatterRow,     &kSegmentFoldRow,         &kGateResidualRmsNormRow, &kGateResidualRmsNormBackwardRow,
 };
 
 }  // namespace

@@ -45,7 +45,7 @@ void add_plan_launches(LaunchSequence& sequence, const SegmentLayout& l, uint64_
   count.push(static_cast<uint64_t>(l.seq));
   count.push(static_cast<uint64_t>(l.table_rows));
   count.push(static_cast<uint64_t>(first_bound));
-  count.push(op_row(report_op).code);  // the error record names the op whose index is bad
+  count.push(op_row(report_op).code);  // kSegmentCountReportCode: the op whose index is bad
   count.push(workspace + l.keys);
   count.push(workspace + l.chunk_counts);
 

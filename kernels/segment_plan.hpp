@@ -42,6 +42,8 @@ inline CheckedSize align_workspace(CheckedSize bytes) { return bytes.round_up(25
 /// (R, or T for timestep indices); bad indices are reported under `report_op`.
 void add_plan_launches(LaunchSequence& sequence, const SegmentLayout& layout, uint64_t workspace, int device_id,
                        IndexType index_type, uint64_t first, uint64_t second, int64_t first_bound, Op report_op);
+/// The parameter of segment_count's launch that holds the reporting op's code.
+inline constexpr int kSegmentCountReportCode = 5;
 
 /// Pushes the seven plan parameters of a tile kernel (templates/segment_tiles.cuh).
 void push_plan_params(LaunchPlan& plan, const SegmentLayout& layout, uint64_t workspace);

@@ -81,6 +81,18 @@ XJ_API exactjit_status_t xj_rms_norm(xj_runtime* runtime, const DLTensor* x, con
                                      const DLTensor* shift, const DLTensor* scale, const DLTensor* index,
                                      const DLTensor* out, const DLTensor* rstd, double eps, void* stream);
 
+/* The gated residual feeding the next RMSNorm, in one kernel that reads residual and y once:
+ * h = residual + gate[i] * y and out = RMSNorm(h, weight, eps) [* (1 + scale[i]) + shift[i]],
+ * i = index[r mod S], each bitwise equal to its eager expression (api/runtime.hpp). weight, shift,
+ * scale and rstd may be NULL; shift and scale come together and share the gate's rows, row stride
+ * and index. */
+XJ_API exactjit_status_t xj_gate_residual_rms_norm(xj_runtime* runtime, const DLTensor* residual,
+                                                   const DLTensor* gate, const DLTensor* index,
+                                                   const DLTensor* y, const DLTensor* weight,
+                                                   const DLTensor* shift, const DLTensor* scale,
+                                                   const DLTensor* h, const DLTensor* out,
+                                                   const DLTensor* rstd, double eps, void* stream);
+
 /* diffusers get_timestep_embedding(t, C, flip_sin_to_cos, downscale_freq_shift, scale, max_period),
  * bitwise: t (T,) float32 -> out (T, C) float32. check_range: report t outside [0, 1]. */
 XJ_API exactjit_status_t xj_timestep_sinusoid(xj_runtime* runtime, const DLTensor* t, const DLTensor* out,
@@ -136,6 +148,22 @@ XJ_API exactjit_status_t xj_rms_norm_backward(xj_runtime* runtime, const DLTenso
                                               const DLTensor* dx, const DLTensor* dweight,
                                               const DLTensor* dshift, const DLTensor* dscale,
                                               const DLTensor* workspace, void* stream);
+
+/* table_rows = R of the gate (and of shift/scale when modulated). */
+XJ_API long long xj_gate_residual_rms_norm_backward_workspace_bytes(long long rows, long long seq,
+                                                                   long long table_rows, long long hidden,
+                                                                   int weighted, int modulated);
+/* grad_out like out; grad_h like h, or NULL when h feeds nothing but the norm; h, y, gate, index,
+ * weight, scale, rstd and eps: the forward's (h is its output, weight and scale NULL as there).
+ * d_residual (required) like h = rT(grad_h + dh), the sum eager's autograd forms from the norm's
+ * dh; d_y like y and d_gate (R, H) as gate_residual_backward gives them for that sum; d_weight
+ * (H,), d_shift, d_scale (R, H) contiguous as rms_norm_backward gives them. */
+XJ_API exactjit_status_t xj_gate_residual_rms_norm_backward(
+    xj_runtime* runtime, const DLTensor* grad_out, const DLTensor* grad_h, const DLTensor* h, const DLTensor* y,
+    const DLTensor* gate, const DLTensor* index, const DLTensor* weight, const DLTensor* scale,
+    const DLTensor* rstd, double eps, const DLTensor* d_residual, const DLTensor* d_y, const DLTensor* d_gate,
+    const DLTensor* d_weight, const DLTensor* d_shift, const DLTensor* d_scale, const DLTensor* workspace,
+    void* stream);
 
 /* seq = S, table_rows = R = 3T rows of the forward's rows view, hidden = H. */
 XJ_API long long xj_adaln_row_gather_backward_workspace_bytes(long long seq, long long table_rows,

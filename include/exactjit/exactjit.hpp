@@ -85,6 +85,15 @@ class Runtime {
     check(xj_rms_norm(handle_, &x, weight, shift, scale, index, &out, rstd, eps, stream));
   }
 
+  /// h = gate_residual(residual, gate, index, y), out = rms_norm(h, ...) in one kernel; weight,
+  /// shift, scale and rstd may be null (shift and scale together).
+  void gate_residual_rms_norm(const DLTensor& residual, const DLTensor& gate, const DLTensor& index, const DLTensor& y,
+                              const DLTensor* weight, const DLTensor* shift, const DLTensor* scale, const DLTensor& h,
+                              const DLTensor& out, const DLTensor* rstd, double eps, void* stream = nullptr) {
+    check(xj_gate_residual_rms_norm(handle_, &residual, &gate, &index, &y, weight, shift, scale, &h, &out, rstd, eps,
+                                    stream));
+  }
+
   void timestep_sinusoid(const DLTensor& t, const DLTensor& out, double max_period = 10000,
                          bool flip_sin_to_cos = true, double downscale_freq_shift = 0, double scale = 1,
                          bool check_range = false, void* stream = nullptr) {
@@ -120,6 +129,18 @@ class Runtime {
                          const DLTensor* workspace, void* stream = nullptr) {
     check(xj_rms_norm_backward(handle_, &grad, &x, weight, scale, index, &rstd, eps, dx, dweight, dshift, dscale,
                                workspace, stream));
+  }
+
+  /// grad_h may be null (h feeds only the norm); d_residual is required.
+  void gate_residual_rms_norm_backward(const DLTensor& grad_out, const DLTensor* grad_h, const DLTensor& h,
+                                       const DLTensor& y, const DLTensor& gate, const DLTensor& index,
+                                       const DLTensor* weight, const DLTensor* scale, const DLTensor& rstd, double eps,
+                                       const DLTensor& d_residual, const DLTensor* d_y, const DLTensor* d_gate,
+                                       const DLTensor* d_weight, const DLTensor* d_shift, const DLTensor* d_scale,
+                                       const DLTensor* workspace, void* stream = nullptr) {
+    check(xj_gate_residual_rms_norm_backward(handle_, &grad_out, grad_h, &h, &y, &gate, &index, weight, scale, &rstd,
+                                             eps, &d_residual, d_y, d_gate, d_weight, d_shift, d_scale, workspace,
+                                             stream));
   }
 
   void adaln_row_gather_backward(const DLTensor& grad, const DLTensor& timestep_indices, const DLTensor& token_tags,

@@ -151,8 +151,8 @@ class Described {
     d.byte_offset = 0;  // data_ptr() includes the storage offset
   }
 
-  std::array<DLTensor, 12> tensors_{};
-  std::array<bool, 12> present_{};
+  std::array<DLTensor, 16> tensors_{};
+  std::array<bool, 16> present_{};
 };
 
 void* current_stream(const Tensor& t) {
@@ -181,6 +181,13 @@ Tensor empty_on(const Tensor& t, torch::headeronly::IntHeaderOnlyArrayRef sizes,
 }
 
 Tensor empty_like_contiguous(const Tensor& t) { return empty_on(t, t.sizes(), t.scalar_type()); }
+
+// The fp32 rstd of every row of x: x's sizes but the last.
+Tensor rstd_like(const Tensor& x) {
+  auto sizes = x.sizes();
+  return empty_on(x, torch::headeronly::IntHeaderOnlyArrayRef(sizes.data(), sizes.empty() ? 0 : sizes.size() - 1),
+                  ScalarType::Float);
+}
 
 // The (0,) placeholder for an output that was not asked for (the schema fixes the outputs).
 Tensor placeholder(const Tensor& like, ScalarType type) {
@@ -301,11 +308,7 @@ std::tuple<Tensor, Tensor> rms_norm(Tensor x, OptionalTensor weight, double eps,
                                     OptionalTensor scale, OptionalTensor index, bool compute_rstd) {
   Tensor out = empty_like_contiguous(x);
   std::optional<Tensor> rstd;
-  if (compute_rstd) {
-    auto sizes = x.sizes();
-    rstd = empty_on(x, torch::headeronly::IntHeaderOnlyArrayRef(sizes.data(), sizes.empty() ? 0 : sizes.size() - 1),
-                    ScalarType::Float);
-  }
+  if (compute_rstd) rstd = rstd_like(x);
   Described d("rms_norm", {{"x", x},
                            {"weight", weight},
                            {"shift", shift},
@@ -365,6 +368,95 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> rms_norm_backward(Tensor grad, Tensor
                              current_stream(grad)),
         "xj_rms_norm_backward");
   return {dx ? *dx : none(), dweight ? *dweight : none(), dshift ? *dshift : none(), dscale ? *dscale : none()};
+}
+
+// --- gate_residual_rms_norm ------------------------------------------------------------------------
+
+std::tuple<Tensor, Tensor, Tensor> gate_residual_rms_norm(Tensor residual, Tensor gate, Tensor index, Tensor y,
+                                                          OptionalTensor weight, double eps, OptionalTensor shift,
+                                                          OptionalTensor scale, bool compute_rstd) {
+  Tensor h = empty_like_contiguous(residual);
+  Tensor out = empty_like_contiguous(residual);
+  std::optional<Tensor> rstd;
+  if (compute_rstd) rstd = rstd_like(residual);
+  Described d("gate_residual_rms_norm", {{"residual", residual},
+                                         {"gate", gate},
+                                         {"index", index},
+                                         {"y", y},
+                                         {"weight", weight},
+                                         {"shift", shift},
+                                         {"scale", scale},
+                                         {"h", h},
+                                         {"out", out},
+                                         {"rstd", rstd}});
+  check(xj_gate_residual_rms_norm(runtime(), d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9], eps,
+                                  current_stream(residual)),
+        "xj_gate_residual_rms_norm");
+  return {h, out, rstd ? *rstd : placeholder(residual, ScalarType::Float)};
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor> gate_residual_rms_norm_backward(
+    Tensor grad_out, OptionalTensor grad_h, Tensor h, Tensor y, Tensor gate, Tensor index, OptionalTensor weight,
+    OptionalTensor scale, Tensor rstd, double eps, bool need_d_y, bool need_d_gate, bool need_d_weight,
+    bool need_d_shift, bool need_d_scale) {
+  const char* op = "gate_residual_rms_norm_backward";
+  if (need_d_weight && !weight) invalid(std::string(op) + ": d_weight asked for but the forward had no weight");
+  if ((need_d_shift || need_d_scale) && !scale)
+    invalid(std::string(op) + ": d_shift/d_scale asked for but scale was not given (the forward was not modulated)");
+  grad_out = made_contiguous(grad_out);
+  if (grad_h) grad_h = made_contiguous(*grad_h);
+  if (rstd.dim() != 1) {  // (M,), as the C ABI documents it
+    std::array<int64_t, 1> flat{rstd.numel()};
+    rstd = torch::stable::reshape(rstd, flat);
+  }
+  long long hidden = h.dim() >= 1 ? h.size(h.dim() - 1) : 0;
+  long long rows = hidden ? h.numel() / hidden : 0;
+  long long seq = index.dim() == 1 ? index.size(0) : 0;
+  long long table_rows = gate.dim() == 2 ? gate.size(0) : 0;
+  Tensor d_residual = empty_like_contiguous(h);  // always: d_y and d_gate are taken from it
+  std::optional<Tensor> d_y, d_gate, d_weight, d_shift, d_scale;
+  std::array<int64_t, 1> hsize{hidden};
+  if (need_d_y) d_y = empty_like_contiguous(y);
+  if (need_d_gate) d_gate = empty_on(gate, gate.sizes(), gate.scalar_type());
+  if (need_d_weight) d_weight = empty_on(*weight, hsize, weight->scalar_type());
+  if (need_d_shift) d_shift = empty_on(*scale, scale->sizes(), scale->scalar_type());
+  if (need_d_scale) d_scale = empty_on(*scale, scale->sizes(), scale->scalar_type());
+  int weighted = weight.has_value(), modulated = scale.has_value();
+  Tensor space =
+      workspace(grad_out, op, "xj_gate_residual_rms_norm_backward_workspace_bytes",
+                xj_gate_residual_rms_norm_backward_workspace_bytes(rows, seq, table_rows, hidden, weighted, modulated),
+                counts({{"rows", rows},
+                        {"seq", seq},
+                        {"table_rows", table_rows},
+                        {"hidden", hidden},
+                        {"weighted", weighted},
+                        {"modulated", modulated}}));
+  Described d(op, {{"grad_out", grad_out},
+                   {"grad_h", grad_h},
+                   {"h", h},
+                   {"y", y},
+                   {"gate", gate},
+                   {"index", index},
+                   {"weight", weight},
+                   {"scale", scale},
+                   {"rstd", rstd},
+                   {"d_residual", d_residual},
+                   {"d_y", d_y},
+                   {"d_gate", d_gate},
+                   {"d_weight", d_weight},
+                   {"d_shift", d_shift},
+                   {"d_scale", d_scale},
+                   {"workspace", space}});
+  check(xj_gate_residual_rms_norm_backward(runtime(), d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], eps, d[9],
+                                           d[10], d[11], d[12], d[13], d[14], d[15], current_stream(grad_out)),
+        "xj_gate_residual_rms_norm_backward");
+  auto none = [&] { return placeholder(h, h.scalar_type()); };
+  return {d_residual,
+          d_y ? *d_y : placeholder(y, y.scalar_type()),
+          d_gate ? *d_gate : placeholder(gate, gate.scalar_type()),
+          d_weight ? *d_weight : none(),
+          d_shift ? *d_shift : none(),
+          d_scale ? *d_scale : none()};
 }
 
 // --- timestep_sinusoid -----------------------------------------------------------------------------
@@ -476,6 +568,8 @@ STABLE_TORCH_LIBRARY_IMPL(exactjit, CUDA, m) {
   m.impl("adaln_row_gather_backward", TORCH_BOX(&adaln_row_gather_backward));
   m.impl("rms_norm", TORCH_BOX(&rms_norm));
   m.impl("rms_norm_backward", TORCH_BOX(&rms_norm_backward));
+  m.impl("gate_residual_rms_norm", TORCH_BOX(&gate_residual_rms_norm));
+  m.impl("gate_residual_rms_norm_backward", TORCH_BOX(&gate_residual_rms_norm_backward));
   m.impl("timestep_sinusoid", TORCH_BOX(&timestep_sinusoid));
   m.impl("timestep_sinusoid_backward", TORCH_BOX(&timestep_sinusoid_backward));
   m.impl("det_linear", TORCH_BOX(&det_linear));

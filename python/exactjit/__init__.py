@@ -29,7 +29,8 @@ from ._runtime import Runtime, default_runtime as runtime
 __all__ = [
     "BadIndexError", "CacheIOError", "CompileError", "CudaError", "Error", "InternalError",
     "InvalidArgumentError", "OfflineMissError", "Runtime", "Status", "UnavailableError",
-    "adaln_projection", "adaln_row_gather", "det_linear", "gate_residual", "rms_norm", "timestep_sinusoid",
+    "adaln_projection", "adaln_row_gather", "det_linear", "gate_residual", "gate_residual_rms_norm", "rms_norm",
+    "timestep_sinusoid",
     "library_path", "runtime", "synchronize", "timestep_mlp", "version",
 ]
 
@@ -83,6 +84,19 @@ def rms_norm(x, weight, eps, shift=None, scale=None, index=None, return_rstd=Fal
     """PyTorch's RMSNorm (optionally AdaLN-modulated), bit for bit; see Runtime.rms_norm.
     Differentiable in x, weight, shift and scale (rstd is not)."""
     return _operators().rms_norm(x, weight, eps, shift=shift, scale=scale, index=index, return_rstd=return_rstd)
+
+
+def gate_residual_rms_norm(residual, gate, index, y, weight, eps, *, shift=None, scale=None):
+    """The gated residual and the (optionally AdaLN-modulated) RMSNorm that follows it, in one kernel
+    that reads residual and y once; returns (h, out), each bit for bit equal to its eager expression:
+
+        h = residual + gate.index_select(0, index) * y
+        out = F.rms_norm(h, (H,), weight, eps) * (1 + scale.index_select(0, index)) + shift.index_select(0, index)
+
+    (without shift and scale, out = F.rms_norm(h, (H,), weight, eps)). shift and scale share the
+    gate's rows and row stride (chunks of one AdaLN table); see Runtime.gate_residual_rms_norm.
+    Differentiable in residual, gate, y, weight, shift and scale."""
+    return _operators().gate_residual_rms_norm(residual, gate, index, y, weight, eps, shift=shift, scale=scale)
 
 
 def timestep_sinusoid(t, num_channels=256, max_period=10000, flip_sin_to_cos=True, downscale_freq_shift=0,

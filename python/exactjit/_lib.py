@@ -92,6 +92,8 @@ SIGNATURES = {
                                      c_void_p]),
     "xj_rms_norm": (c_int, [c_void_p, _tensor, _tensor, _tensor, _tensor, _tensor, _tensor, _tensor, c_double,
                             c_void_p]),
+    # runtime, residual, gate, index, y, weight, shift, scale, h, out, rstd, eps, stream
+    "xj_gate_residual_rms_norm": (c_int, [c_void_p] + [_tensor] * 10 + [c_double, c_void_p]),
     "xj_synchronize": (c_int, [c_void_p, c_int, c_void_p]),
     # runtime, x, weight, bias, out, pre_activation, silu, stream
     "xj_det_linear": (c_int, [c_void_p] + [_tensor] * 5 + [c_int, c_void_p]),
@@ -107,6 +109,12 @@ SIGNATURES = {
     "xj_rms_norm_backward_workspace_bytes": (c_longlong, [c_longlong] * 4 + [c_int]),
     # runtime, grad, x, weight, scale, index, rstd, eps, dx, dweight, dshift, dscale, workspace, stream
     "xj_rms_norm_backward": (c_int, [c_void_p] + [_tensor] * 6 + [c_double] + [_tensor] * 5 + [c_void_p]),
+    # rows, seq, table_rows, hidden, weighted, modulated
+    "xj_gate_residual_rms_norm_backward_workspace_bytes": (c_longlong, [c_longlong] * 4 + [c_int] * 2),
+    # runtime, grad_out, grad_h, h, y, gate, index, weight, scale, rstd, eps, d_residual, d_y, d_gate, d_weight,
+    # d_shift, d_scale, workspace, stream
+    "xj_gate_residual_rms_norm_backward": (c_int, [c_void_p] + [_tensor] * 9 + [c_double] + [_tensor] * 7
+                                           + [c_void_p]),
     # seq, table_rows, hidden
     "xj_adaln_row_gather_backward_workspace_bytes": (c_longlong, [c_longlong] * 3),
     # runtime, grad, timestep_indices, token_tags, d_rows, workspace, stream
@@ -121,6 +129,7 @@ SIGNATURES = {
 OPTIONAL = frozenset({
     "xj_gate_residual_backward_workspace_bytes", "xj_gate_residual_backward",
     "xj_rms_norm_backward_workspace_bytes", "xj_rms_norm_backward",
+    "xj_gate_residual_rms_norm_backward_workspace_bytes", "xj_gate_residual_rms_norm_backward",
     "xj_adaln_row_gather_backward_workspace_bytes", "xj_adaln_row_gather_backward",
     "xj_timestep_sinusoid_backward",
 })

@@ -11,6 +11,7 @@ Operators are functional (each allocates what it returns) except gate_residual_o
 into `out` and says so in its schema (Tensor(a!)). Outputs a caller may not need are still
 returned, as empty tensors, because an operator's outputs are fixed by its schema:
   rms_norm         (out, rstd)        rstd is (0,) unless compute_rstd
+  gate_residual_rms_norm  (h, out, rstd)  rstd is (0,) unless compute_rstd
   det_linear       (out, pre)         pre is (0,) unless compute_pre
   *_backward       one per gradient   (0,) for a gradient not asked for
 The backward operators allocate their workspace themselves, once per call, from torch's caching
@@ -346,6 +347,113 @@ def rms_norm(x, weight, eps, shift=None, scale=None, index=None, return_rstd=Fal
     args = (x, weight, _FLT_EPSILON if eps is None else float(eps), shift, scale, index, compute_rstd)
     out, rstd = _call(RMS_NORM, _rms_norm_impl, args, (x, weight, shift, scale, index), _RmsNorm, differentiable)
     return (out, rstd) if return_rstd else out
+
+
+# --- gate_residual_rms_norm ------------------------------------------------------------------------
+
+def _gate_residual_rms_norm_impl(residual, gate, index, y, weight, eps, shift, scale, compute_rstd):
+    h, out, rstd = default_runtime()._gate_residual_rms_norm(residual, gate, index, y, weight, eps, shift, scale,
+                                                             compute_rstd)
+    return h, out, (rstd if compute_rstd else _empty(residual, torch.float32))
+
+
+def _gate_residual_rms_norm_fake(residual, gate, index, y, weight, eps, shift, scale, compute_rstd):
+    h = torch.empty_like(residual, memory_format=torch.contiguous_format)
+    out = torch.empty_like(residual, memory_format=torch.contiguous_format)
+    rstd = (residual.new_empty(residual.shape[:-1], dtype=torch.float32) if compute_rstd
+            else _empty(residual, torch.float32))
+    return h, out, rstd
+
+
+def _gate_residual_rms_norm_backward_impl(grad_out, grad_h, h, y, gate, index, weight, scale, rstd, eps, need_d_y,
+                                          need_d_gate, need_d_weight, need_d_shift, need_d_scale):
+    d_residual, d_y, d_gate, d_weight, d_shift, d_scale = default_runtime().gate_residual_rms_norm_backward(
+        grad_out, grad_h, h, y, gate, index, weight, rstd, eps, scale=scale, need_d_y=need_d_y, need_d_gate=need_d_gate,
+        need_d_weight=need_d_weight, need_d_shift=need_d_shift, need_d_scale=need_d_scale)
+    return (d_residual, d_y if need_d_y else _empty(y), d_gate if need_d_gate else _empty(gate),
+            d_weight if need_d_weight else _empty(h), d_shift if need_d_shift else _empty(h),
+            d_scale if need_d_scale else _empty(h))
+
+
+def _gate_residual_rms_norm_backward_fake(grad_out, grad_h, h, y, gate, index, weight, scale, rstd, eps, need_d_y,
+                                          need_d_gate, need_d_weight, need_d_shift, need_d_scale):
+    d_residual = torch.empty_like(h, memory_format=torch.contiguous_format)
+    d_y = torch.empty_like(y, memory_format=torch.contiguous_format) if need_d_y else _empty(y)
+    d_gate = gate.new_empty(gate.shape) if need_d_gate else _empty(gate)
+    d_weight = weight.new_empty(weight.shape) if need_d_weight else _empty(h)
+    d_shift = scale.new_empty(scale.shape) if need_d_shift else _empty(h)
+    d_scale = scale.new_empty(scale.shape) if need_d_scale else _empty(h)
+    return d_residual, d_y, d_gate, d_weight, d_shift, d_scale
+
+
+GATE_RESIDUAL_RMS_NORM = _define(
+    "gate_residual_rms_norm(Tensor residual, Tensor gate, Tensor index, Tensor y, Tensor? weight, float eps, "
+    "Tensor? shift, Tensor? scale, bool compute_rstd) -> (Tensor, Tensor, Tensor)", _gate_residual_rms_norm_impl,
+    _gate_residual_rms_norm_fake)
+GATE_RESIDUAL_RMS_NORM_BACKWARD = _define(
+    "gate_residual_rms_norm_backward(Tensor grad_out, Tensor? grad_h, Tensor h, Tensor y, Tensor gate, Tensor index, "
+    "Tensor? weight, Tensor? scale, Tensor rstd, float eps, bool need_d_y, bool need_d_gate, bool need_d_weight, "
+    "bool need_d_shift, bool need_d_scale) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)",
+    _gate_residual_rms_norm_backward_impl, _gate_residual_rms_norm_backward_fake)
+
+
+class _GateResidualRmsNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, keyset, residual, gate, index, y, weight, eps, shift, scale, compute_rstd):
+        if not compute_rstd:
+            raise invalid_argument("gate_residual_rms_norm: an input requires grad but compute_rstd is False; the "
+                                   "backward needs rstd (exactjit.gate_residual_rms_norm asks for it itself)")
+        h, out, rstd = _below_autograd(keyset, GATE_RESIDUAL_RMS_NORM, _gate_residual_rms_norm_impl,
+                                       (residual, gate, index, y, weight, eps, shift, scale, True))
+        ctx.mark_non_differentiable(rstd)
+        # An output nothing used gets None rather than zeros: the backward reads no grad_h then (NULL to
+        # the library), and runs only gate_residual's backward when out was not used.
+        ctx.set_materialize_grads(False)
+        ctx.eps = eps
+        ctx.save_for_backward(h, y, gate, index, weight, scale, rstd)
+        return h, out, rstd
+
+    @staticmethod
+    def backward(ctx, grad_h, grad_out, _grad_rstd):
+        _, need_residual, need_gate, _, need_y, need_weight, _, need_shift, need_scale, _ = ctx.needs_input_grad
+        if grad_out is None and grad_h is None:
+            return (None,) * 10
+        h, y, gate, index, weight, scale, rstd = ctx.saved_tensors
+        if grad_out is None:  # only h was used: out = norm(h) adds nothing, as in eager's autograd
+            d_residual, d_y, d_gate = grad_h, None, None
+            if need_gate or need_y:
+                d_y, d_gate = _call(GATE_RESIDUAL_BACKWARD, _gate_residual_backward_impl,
+                                    (grad_h, gate, index, y, need_y, need_gate), (grad_h, gate, index, y))
+            d_weight = d_shift = d_scale = None
+        else:
+            d_residual, d_y, d_gate, d_weight, d_shift, d_scale = _call(
+                GATE_RESIDUAL_RMS_NORM_BACKWARD, _gate_residual_rms_norm_backward_impl,
+                (grad_out, grad_h, h, y, gate, index, weight, scale, rstd, ctx.eps, need_y, need_gate, need_weight,
+                 need_shift, need_scale), (grad_out, grad_h, h, y, gate, index, weight, scale, rstd))
+        return (None, d_residual if need_residual else None, d_gate if need_gate else None, None,
+                d_y if need_y else None, d_weight if need_weight else None, None, d_shift if need_shift else None,
+                d_scale if need_scale else None, None)
+
+
+_differentiable(GATE_RESIDUAL_RMS_NORM, _GateResidualRmsNorm)
+
+
+def gate_residual_rms_norm(residual, gate, index, y, weight, eps, *, shift=None, scale=None):
+    """(h, out): h = residual + gate.index_select(0, index) * y and out = F.rms_norm(h, (H,), weight, eps)
+    [* (1 + scale.index_select(0, index)) + shift.index_select(0, index)], each bit for bit, in one
+    kernel (Runtime.gate_residual_rms_norm has the rules). Differentiable in residual, gate, y,
+    weight, shift and scale (through their views); h and out may each feed the rest of the graph."""
+    _require_tensors(torch, "gate_residual_rms_norm", residual=residual, gate=gate, index=index, y=y)
+    for name, value in (("weight", weight), ("shift", shift), ("scale", scale)):
+        if value is not None and not isinstance(value, Tensor):
+            raise invalid_argument(f"gate_residual_rms_norm: {name} must be a torch.Tensor or None, got "
+                                   f"{type(value).__name__}")
+    differentiable = (residual, gate, y, weight, shift, scale)
+    args = (residual, gate, index, y, weight, _FLT_EPSILON if eps is None else float(eps), shift, scale,
+            _needs_grad(*differentiable))
+    h, out, _ = _call(GATE_RESIDUAL_RMS_NORM, _gate_residual_rms_norm_impl, args,
+                      (residual, gate, index, y, weight, shift, scale), _GateResidualRmsNorm, differentiable)
+    return h, out
 
 
 # --- timestep_sinusoid -----------------------------------------------------------------------------

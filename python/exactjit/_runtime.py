@@ -35,6 +35,10 @@ _RMS_NORM_ARGS = ("x", "weight", "shift", "scale", "index", "out", "rstd")
 _RMS_NORM_BACKWARD_ARGS = ("grad", "x", "weight", "scale", "index", "rstd", "dx", "dweight", "dshift", "dscale",
                            "workspace")
 _RMS_NORM_BACKWARD_EPS_AT = _RMS_NORM_BACKWARD_ARGS.index("rstd") + 1  # the C ABI's eps follows rstd
+_GATE_RESIDUAL_RMS_NORM_ARGS = ("residual", "gate", "index", "y", "weight", "shift", "scale", "h", "out", "rstd")
+_GATE_RESIDUAL_RMS_NORM_BACKWARD_ARGS = ("grad_out", "grad_h", "h", "y", "gate", "index", "weight", "scale", "rstd",
+                                         "d_residual", "d_y", "d_gate", "d_weight", "d_shift", "d_scale", "workspace")
+_GATE_RESIDUAL_RMS_NORM_BACKWARD_EPS_AT = _GATE_RESIDUAL_RMS_NORM_BACKWARD_ARGS.index("rstd") + 1
 _default_runtime = None
 _default_lock = threading.Lock()
 
@@ -311,6 +315,46 @@ class Runtime:
         _lib.check(status, "xj_rms_norm")
         return (out, rstd) if return_rstd else out
 
+    def gate_residual_rms_norm(self, residual, gate, index, y, weight, eps, *, shift=None, scale=None,
+                               return_rstd=False):
+        """The gated residual and the RMSNorm that follows it, in one kernel, each bit for bit:
+        `h = residual + gate.index_select(0, index) * y` and `out = F.rms_norm(h, (H,), weight, eps)`,
+        with shift and scale `out * (1 + scale.index_select(0, index)) + shift.index_select(0, index)`.
+
+        residual, y, gate, index: as gate_residual's; weight (H,) or None; eps as rms_norm's (None:
+        FLT_EPSILON); shift, scale: both or neither, table views with the gate's rows and row stride
+        (the block's chunks of one AdaLN table). Returns (h, out), or (h, out, rstd) with the fp32
+        rstd of every row when return_rstd. Not differentiable (exactjit.gate_residual_rms_norm is).
+        """
+        torch = _import_torch()
+        op = "gate_residual_rms_norm"
+        _require_tensors(torch, op, residual=residual, gate=gate, index=index, y=y)
+        for name, value in (("weight", weight), ("shift", shift), ("scale", scale)):
+            if value is not None and not isinstance(value, torch.Tensor):
+                raise invalid_argument(f"{op}: {name} must be a torch.Tensor or None, got {type(value).__name__}")
+        if eps is None:
+            eps = torch.finfo(torch.float32).eps
+        _refuse_grad(torch, op, residual, gate, y, weight, shift, scale)
+        h, out, rstd = self._gate_residual_rms_norm(residual, gate, index, y, weight, eps, shift, scale, return_rstd)
+        return (h, out, rstd) if return_rstd else (h, out)
+
+    def _gate_residual_rms_norm(self, residual, gate, index, y, weight, eps, shift, scale, return_rstd):
+        """The forward alone (eps already resolved): (h, out, rstd or None)."""
+        torch = _torch
+        h = torch.empty_like(residual, memory_format=torch.contiguous_format)
+        out = torch.empty_like(residual, memory_format=torch.contiguous_format)
+        rstd = torch.empty(residual.shape[:-1], dtype=torch.float32, device=residual.device) if return_rstd else None
+        names = _GATE_RESIDUAL_RMS_NORM_ARGS
+        tensors = (residual, gate, index, y, weight, shift, scale, h, out, rstd)
+        present = [(n, t) for n, t in zip(names, tensors) if t is not None]
+        stream = _current_stream(residual.get_device()) if residual.is_cuda else None
+        packed, addresses = pack(torch, "gate_residual_rms_norm", [n for n, _ in present], [t for _, t in present])
+        by_name = dict(zip((n for n, _ in present), addresses))
+        status = _lib.lib.xj_gate_residual_rms_norm(self._live(), *(by_name.get(n) for n in names), float(eps), stream)
+        del packed
+        _lib.check(status, "xj_gate_residual_rms_norm")
+        return h, out, rstd
+
     def timestep_sinusoid(self, t, num_channels=256, max_period=10000, flip_sin_to_cos=True,
                           downscale_freq_shift=0, scale=1.0, check_range=False):
         """diffusers `get_timestep_embedding(t, num_channels, flip_sin_to_cos, downscale_freq_shift,
@@ -429,6 +473,14 @@ class Runtime:
                                 hidden=hidden, weighted=int(bool(weighted)))
 
     @staticmethod
+    def gate_residual_rms_norm_backward_workspace_bytes(rows, seq, table_rows, hidden, weighted, modulated):
+        """Workspace bytes of gate_residual_rms_norm_backward: M rows of y, index length S, R rows of
+        the gate (and of shift/scale), H, whether the forward had a weight and whether it was modulated."""
+        return _workspace_bytes("xj_gate_residual_rms_norm_backward_workspace_bytes", rows=rows, seq=seq,
+                                table_rows=table_rows, hidden=hidden, weighted=int(bool(weighted)),
+                                modulated=int(bool(modulated)))
+
+    @staticmethod
     def adaln_row_gather_backward_workspace_bytes(seq, table_rows, hidden):
         """Workspace bytes of adaln_row_gather_backward: S positions, R = 3T rows, H."""
         return _workspace_bytes("xj_adaln_row_gather_backward_workspace_bytes", seq=seq, table_rows=table_rows,
@@ -518,6 +570,68 @@ class Runtime:
         del packed
         _lib.check(status, "xj_rms_norm_backward")
         return dx, dweight, dshift, dscale
+
+    def gate_residual_rms_norm_backward(self, grad_out, grad_h, h, y, gate, index, weight, rstd, eps, *, scale=None,
+                                        need_d_y=True, need_d_gate=True, need_d_weight=None, need_d_shift=None,
+                                        need_d_scale=None):
+        """Gradients of (h, out) = gate_residual_rms_norm(residual, gate, index, y, weight, eps, shift=, scale=)
+        for the upstream grad_out (like out) and grad_h (like h, or None when h feeds nothing but the
+        norm): returns (d_residual, d_y, d_gate, d_weight, d_shift, d_scale), each but d_residual None
+        when not asked for.
+
+        h (the forward's output), y, gate, index, weight (or None), scale (or None: the plain norm;
+        the shift is not needed), rstd (the forward's, return_rstd=True) and eps: the forward's.
+        need_d_weight defaults to "weight is given", need_d_shift and need_d_scale to "modulated".
+        d_residual, like h, is the sum grad_h + dh that eager's autograd forms from the norm's dh (always
+        computed: d_y and d_gate are taken from it); d_y like y and d_gate (R, H) contiguous as
+        gate_residual_backward gives them for that sum; d_weight (H,), d_shift, d_scale (R, H)
+        contiguous as rms_norm_backward gives them, to be scattered into the table through the views
+        by the caller (autograd does it). Deterministic; not claimed bitwise equal to eager."""
+        fn = _lib.function("xj_gate_residual_rms_norm_backward")
+        torch = _import_torch()
+        op = "gate_residual_rms_norm_backward"
+        _require_tensors(torch, op, grad_out=grad_out, h=h, y=y, gate=gate, index=index, rstd=rstd)
+        if eps is None:
+            eps = torch.finfo(torch.float32).eps
+        for name, value in (("grad_h", grad_h), ("weight", weight), ("scale", scale)):
+            if value is not None and not isinstance(value, torch.Tensor):
+                raise invalid_argument(f"{op}: {name} must be a torch.Tensor or None, got {type(value).__name__}")
+        modulated = scale is not None
+        need_d_weight = weight is not None if need_d_weight is None else bool(need_d_weight)
+        need_d_shift = modulated if need_d_shift is None else bool(need_d_shift)
+        need_d_scale = modulated if need_d_scale is None else bool(need_d_scale)
+        if need_d_weight and weight is None:
+            raise invalid_argument(f"{op}: d_weight asked for but the forward had no weight")
+        if (need_d_shift or need_d_scale) and scale is None:
+            raise invalid_argument(f"{op}: d_shift/d_scale asked for but scale was not given (the forward was not "
+                                   "modulated)")
+        grad_out = grad_out.contiguous()
+        grad_h = grad_h.contiguous() if grad_h is not None else None
+        rstd = rstd.reshape(-1)  # (M,), as the C ABI documents it
+        hidden = h.shape[-1] if h.dim() >= 1 else 0
+        d_residual = torch.empty_like(h, memory_format=torch.contiguous_format)
+        d_y = torch.empty_like(y, memory_format=torch.contiguous_format) if need_d_y else None
+        d_gate = torch.empty(tuple(gate.shape), dtype=gate.dtype, device=gate.device) if need_d_gate else None
+        d_weight = torch.empty((hidden,), dtype=weight.dtype, device=weight.device) if need_d_weight else None
+        d_shift = torch.empty(tuple(scale.shape), dtype=scale.dtype, device=scale.device) if need_d_shift else None
+        d_scale = torch.empty(tuple(scale.shape), dtype=scale.dtype, device=scale.device) if need_d_scale else None
+        workspace = _workspace(torch, op, "xj_gate_residual_rms_norm_backward_workspace_bytes", grad_out.device,
+                               rows=h.numel() // hidden if hidden else 0, seq=index.shape[0] if index.dim() == 1 else 0,
+                               table_rows=gate.shape[0] if gate.dim() == 2 else 0, hidden=hidden,
+                               weighted=int(weight is not None), modulated=int(modulated))
+        tensors = (grad_out, grad_h, h, y, gate, index, weight, scale, rstd, d_residual, d_y, d_gate, d_weight, d_shift,
+                   d_scale, workspace)
+        names = _GATE_RESIDUAL_RMS_NORM_BACKWARD_ARGS
+        present = [(n, t) for n, t in zip(names, tensors) if t is not None]
+        stream = _current_stream(grad_out.get_device()) if grad_out.is_cuda else None
+        packed, addresses = pack(torch, op, [n for n, _ in present], [t for _, t in present])
+        by_name = dict(zip((n for n, _ in present), addresses))
+        args = [by_name.get(n) for n in names]
+        at = _GATE_RESIDUAL_RMS_NORM_BACKWARD_EPS_AT
+        status = fn(self._live(), *args[:at], float(eps), *args[at:], stream)
+        del packed
+        _lib.check(status, "xj_gate_residual_rms_norm_backward")
+        return d_residual, d_y, d_gate, d_weight, d_shift, d_scale
 
     def adaln_row_gather_backward(self, grad, timestep_indices, token_tags, table_rows, *, dtype=None):
         """Gradient of adaln_row_gather for the upstream grad (6, S, H) (made contiguous):

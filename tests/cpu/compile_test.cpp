@@ -126,6 +126,25 @@ TEST(PtxAudit, RmsNormFusesOnlyTheSumOfSquaresAndApproximatesOnlyRsqrt) {
   }
 }
 
+// The fused op: gate_residual's two rounded operations, then rms_norm's: the sum of squares is the
+// only fma, rsqrt the only approximation.
+TEST(PtxAudit, GateResidualRmsNormFusesOnlyTheSumOfSquares) {
+  for (const KernelSpec& spec : catalog_of(Op::GateResidualRmsNorm)) {
+    auto ptx = nvrtc().ptx(codegen::render(spec));
+    ASSERT_TRUE(static_cast<bool>(ptx)) << llvm::toString(ptx.takeError());
+    const size_t quads_per_thread = static_cast<size_t>((spec.hidden / 4 + 127) / 128);
+    EXPECT_EQ(count(*ptx, kFloatFma), 4 * quads_per_thread) << spec.describe();  // s = fma(h, h, s)
+    EXPECT_EQ(count(*ptx, std::regex("\\.approx")), 1u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("rsqrt\\.approx\\.f32")), 1u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("\\.ftz")), 0u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("div\\.rn\\.f32")), 1u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("shfl\\.sync\\.down")), 5u) << spec.describe();
+    EXPECT_EQ(count(*ptx, std::regex("\\b(ld|st)\\.local")), 0u) << spec.describe();
+    // h = rT(residual + rT(gate * y)): its multiply and add per element, at least.
+    EXPECT_GE(count(*ptx, std::regex("\\bmul\\.rn\\.f32")), 4 * quads_per_thread) << spec.describe();
+  }
+}
+
 TEST(PtxAudit, SinusoidUsesOnlyLibdevicePreciseMath) {
   for (const KernelSpec& spec : catalog_of(Op::TimestepSinusoid)) {
     auto ptx = nvrtc().ptx(codegen::render(spec));
@@ -163,7 +182,11 @@ TEST(PtxAudit, BackwardKernelsFuseOnlyWhatTheyWrite) {
       EXPECT_EQ(count(*ptx, std::regex("\\b(ld|st)\\.local")), 0u) << spec.describe();
     }
   }
-  for (const KernelSpec& spec : catalog_of(Op::RmsNormBackward)) {
+  // rms_norm's dx and gate_residual_rms_norm's (the same, plus one rounded add of the residual
+  // gradient per element: no fma).
+  std::vector<KernelSpec> dx_specs = catalog_of(Op::RmsNormBackward);
+  for (const KernelSpec& spec : catalog_of(Op::GateResidualRmsNormBackward)) dx_specs.push_back(spec);
+  for (const KernelSpec& spec : dx_specs) {
     auto ptx = nvrtc().ptx(codegen::render(spec));
     ASSERT_TRUE(static_cast<bool>(ptx)) << llvm::toString(ptx.takeError());
     const size_t quads_per_thread = static_cast<size_t>((spec.hidden / 4 + 127) / 128);

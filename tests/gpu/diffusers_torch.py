@@ -25,7 +25,7 @@ Groups of cases (exit status 1 if any case fails):
   repeat      With torch.use_deterministic_algorithms(True) for the rest of the model
               (CUBLAS_WORKSPACE_CONFIG=:4096:8 is set before torch starts), --repeats patched backward
               runs give bit-identical gradients.
-  compile     (1) Op bits: every exactjit call of one patched forward (all options, so all five ops)
+  compile     (1) Op bits: every exactjit call of one patched forward (all options, so all six ops)
               is recorded with its inputs and output, then replayed through torch.compile(fullgraph=
               True) of a function making only that call: same bits. That is the claim under compile,
               that Inductor leaves the exactjit ops' numerics alone; a compiled model's output cannot
@@ -68,7 +68,7 @@ import grad_torch  # noqa: E402
 import minimax_h3_setup as setup  # noqa: E402
 from check_support import compare, log  # noqa: E402
 
-OPS = ("rms_norm", "gate_residual", "timestep_sinusoid", "timestep_mlp", "adaln_projection")
+OPS = ("rms_norm", "gate_residual", "gate_residual_rms_norm", "timestep_sinusoid", "timestep_mlp", "adaln_projection")
 EVERY_OPTION = dict(qk_norm=True, refiner_norms=True, det_linear=True)
 GROUPS = ("forward", "accuracy", "repeat", "compile", "det_linear")
 
@@ -253,9 +253,12 @@ def compile_group(ctx):
                 fn = compiled_caller(ctx.xj, op)
                 with torch.no_grad():
                     for k, (_, args, kwargs, want) in enumerate(calls):
-                        ok, detail = compare(fn(*args, **kwargs), want)
-                        if not ok:
-                            return False, f"call {k}: {detail}"
+                        got = fn(*args, **kwargs)
+                        pairs = zip(got, want) if isinstance(want, tuple) else [(got, want)]  # (h, out) of the fused op
+                        for j, (g, w) in enumerate(pairs):
+                            ok, detail = compare(g, w)
+                            if not ok:
+                                return False, f"call {k}, output {j}: {detail}"
                 return True, f"{len(calls)} calls, compiled bitwise equal to uncompiled"
             ctx.suite.run("compile", f"{op}: recorded calls replayed under torch.compile(fullgraph=True)", case)
     del rec

@@ -375,6 +375,212 @@ TEST_F(Gpu, BackwardMatchesHostModelBitwiseAndRepeats) {
   }
 }
 
+// gate_residual_rms_norm against its two ops on the same device, bit for bit: h and out (and
+// rstd) as gate_residual then rms_norm give them; the backward's d_residual as rT(grad_h + the
+// norm's dx), its d_y and d_gate as gate_residual_backward of that sum, its d_weight, d_shift and
+// d_scale as rms_norm_backward's. Then a bad index is reported under this op's name.
+TEST_F(Gpu, GateResidualRmsNormEqualsItsTwoOpsBitwise) {
+  using namespace selftest;
+  uint64_t seed = 7000;
+  const int64_t R = 9;
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32})
+    for (int64_t hidden : {int64_t{5376}, int64_t{1000}})
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool modulated = variant != 1, weighted = variant != 2, with_grad_h = variant != 2;
+        const int64_t seq = variant == 0 ? 4097 : 300, batch = variant == 1 ? 2 : 1, rows = seq * batch;
+        const int64_t stride = 6 * hidden;
+        const IndexType index_type = variant == 1 ? IndexType::I32 : IndexType::I64;
+        const std::string name = fmt::format("{} H={} S={} B={} modulated={} weighted={} grad_h={}", dtype_name(dtype),
+                                             hidden, seq, batch, modulated, weighted, with_grad_h);
+        Generator gen{seed++};
+        const size_t elem = dtype_size(dtype), act = static_cast<size_t>(rows * hidden) * elem;
+        auto arena = DeviceArena::open(0);
+        ASSERT_TRUE(static_cast<bool>(arena)) << llvm::toString(arena.takeError());
+        std::vector<uint8_t> table = random_storage(gen, dtype, R * stride, false);
+        DeviceBuffer* d_residual_in = arena->upload(random_storage(gen, dtype, rows * hidden, false), act);
+        DeviceBuffer* d_y_in = arena->upload(random_storage(gen, dtype, rows * hidden, false), act);
+        DeviceBuffer* d_table = arena->upload(table, table.size());
+        DeviceBuffer* d_weight_in = arena->upload(random_storage(gen, dtype, hidden, false), hidden * elem);
+        DeviceBuffer* d_index = arena->upload(index_bytes(index_type, random_indices(gen, seq, R, -1, 0)),
+                                              static_cast<size_t>(seq) * (index_type == IndexType::I32 ? 4 : 8));
+        DeviceBuffer* d_grad_out = arena->upload(random_storage(gen, dtype, rows * hidden, false), act);
+        DeviceBuffer* d_grad_h = arena->upload(random_storage(gen, dtype, rows * hidden, false), act);
+        // Outputs: [fused, reference] each.
+        DeviceBuffer* h[2] = {arena->upload({}, act), arena->upload({}, act)};
+        DeviceBuffer* out[2] = {arena->upload({}, act), arena->upload({}, act)};
+        DeviceBuffer* rstd[2] = {arena->upload({}, rows * 4), arena->upload({}, rows * 4)};
+        DeviceBuffer* d_res[2] = {arena->upload({}, act), arena->upload({}, act)};
+        DeviceBuffer* d_y[2] = {arena->upload({}, act), arena->upload({}, act)};
+        DeviceBuffer* grads[2] = {arena->upload({}, static_cast<size_t>((3 * R + 1) * hidden) * elem),
+                                  arena->upload({}, static_cast<size_t>((3 * R + 1) * hidden) * elem)};
+        const int64_t ws_bytes = gate_residual_rms_norm_backward_workspace_bytes(rows, seq, R, hidden, weighted, modulated);
+        ASSERT_GT(ws_bytes, 0);
+        DeviceBuffer* d_ws = arena->upload({}, static_cast<size_t>(ws_bytes));
+        ASSERT_FALSE(static_cast<bool>(arena->take_error()));
+
+        int64_t act_shape[3] = {batch, seq, hidden}, table_shape[2] = {R, hidden}, table_strides[2] = {stride, 1};
+        int64_t weight_shape[1] = {hidden}, index_shape[1] = {seq}, rstd_shape[1] = {rows}, ws_shape[1] = {ws_bytes};
+        int64_t grad_shape[2] = {R, hidden};
+        const DLDataType dt = dl_dtype(dtype);
+        auto act_tensor = [&](DeviceBuffer* b) { return device_tensor(*b, 0, 0, 3, act_shape, nullptr, dt); };
+        auto chunk = [&](int c) { return device_tensor(*d_table, c * hidden * elem, 0, 2, table_shape, table_strides, dt); };
+        auto grad_tensor = [&](DeviceBuffer* b, int k) {  // d_gate, d_shift, d_scale, then d_weight
+          return device_tensor(*b, static_cast<uint64_t>(k * R * hidden) * elem, 0, 2, grad_shape, nullptr, dt);
+        };
+        const DLTensor residual = act_tensor(d_residual_in), y = act_tensor(d_y_in), gate = chunk(2),
+                       shift = chunk(3), scale = chunk(4), grad_out = act_tensor(d_grad_out),
+                       grad_h = act_tensor(d_grad_h);
+        const DLTensor weight = device_tensor(*d_weight_in, 0, 0, 1, weight_shape, nullptr, dt);
+        const DLTensor index = device_tensor(*d_index, 0, 0, 1, index_shape, nullptr, dl_index(index_type));
+        const DLTensor workspace = device_tensor(*d_ws, 0, 0, 1, ws_shape, nullptr, DLDataType{kDLUInt, 8, 1});
+        DLTensor t_h[2], t_out[2], t_rstd[2], t_dres[2], t_dy[2], t_dgate[2], t_dshift[2], t_dscale[2], t_dweight[2];
+        for (int k = 0; k < 2; ++k) {
+          t_h[k] = act_tensor(h[k]);
+          t_out[k] = act_tensor(out[k]);
+          t_rstd[k] = device_tensor(*rstd[k], 0, 0, 1, rstd_shape, nullptr, DLDataType{kDLFloat, 32, 1});
+          t_dres[k] = act_tensor(d_res[k]);
+          t_dy[k] = act_tensor(d_y[k]);
+          t_dgate[k] = grad_tensor(grads[k], 0);
+          t_dshift[k] = grad_tensor(grads[k], 1);
+          t_dscale[k] = grad_tensor(grads[k], 2);
+          t_dweight[k] = device_tensor(*grads[k], static_cast<uint64_t>(3 * R * hidden) * elem, 0, 1, weight_shape,
+                                       nullptr, dt);
+        }
+        const DLTensor* w = weighted ? &weight : nullptr;
+        const double eps = 1e-6;
+        // Forward: fused, then the two ops.
+        Status status = runtime().gate_residual_rms_norm(residual, gate, index, y, w, modulated ? &shift : nullptr,
+                                                         modulated ? &scale : nullptr, t_h[0], t_out[0], &t_rstd[0],
+                                                         eps, nullptr);
+        ASSERT_TRUE(status.ok()) << name << ": " << status.message();
+        status = runtime().gate_residual(residual, gate, index, y, t_h[1], nullptr);
+        ASSERT_TRUE(status.ok()) << status.message();
+        status = runtime().rms_norm(t_h[1], w, modulated ? &shift : nullptr, modulated ? &scale : nullptr,
+                                    modulated ? &index : nullptr, t_out[1], &t_rstd[1], eps, nullptr);
+        ASSERT_TRUE(status.ok()) << status.message();
+        // Backward: fused, then the two ops with the residual gradient added on the host.
+        status = runtime().gate_residual_rms_norm_backward(
+            grad_out, with_grad_h ? &grad_h : nullptr, t_h[0], y, gate, index, w, modulated ? &scale : nullptr,
+            t_rstd[0], eps, t_dres[0], &t_dy[0], &t_dgate[0], weighted ? &t_dweight[0] : nullptr,
+            modulated ? &t_dshift[0] : nullptr, modulated ? &t_dscale[0] : nullptr, &workspace, nullptr);
+        ASSERT_TRUE(status.ok()) << name << ": " << status.message();
+        ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
+        const int64_t norm_ws = rms_norm_backward_workspace_bytes(rows, seq, modulated ? R : 0, hidden, weighted);
+        int64_t norm_ws_shape[1] = {std::max<int64_t>(norm_ws, 1)};
+        const DLTensor norm_workspace = device_tensor(*d_ws, 0, 0, 1, norm_ws_shape, nullptr, DLDataType{kDLUInt, 8, 1});
+        status = runtime().rms_norm_backward(grad_out, t_h[1], w, modulated ? &scale : nullptr,
+                                             modulated ? &index : nullptr, t_rstd[1], eps, &t_dres[1],
+                                             weighted ? &t_dweight[1] : nullptr, modulated ? &t_dshift[1] : nullptr,
+                                             modulated ? &t_dscale[1] : nullptr, &norm_workspace, nullptr);
+        ASSERT_TRUE(status.ok()) << status.message();
+        ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
+        std::vector<uint8_t> sum(act), g_h(act);
+        ASSERT_FALSE(static_cast<bool>(d_res[1]->download(sum.data(), act)));
+        ASSERT_FALSE(static_cast<bool>(d_grad_h->download(g_h.data(), act)));
+        if (with_grad_h)
+          for (int64_t k = 0; k < rows * hidden; ++k) {
+            float a = 0, b = 0;
+            if (dtype == DType::F32) {
+              std::memcpy(&a, &sum[k * 4], 4);
+              std::memcpy(&b, &g_h[k * 4], 4);
+            } else {
+              uint16_t ab, bb;
+              std::memcpy(&ab, &sum[k * 2], 2);
+              std::memcpy(&bb, &g_h[k * 2], 2);
+              a = dtype == DType::BF16 ? xj::to_float(xj::bf16{ab}) : xj::to_float(xj::fp16{ab});
+              b = dtype == DType::BF16 ? xj::to_float(xj::bf16{bb}) : xj::to_float(xj::fp16{bb});
+            }
+            store(sum, k, dtype, xj::add(a, b));
+          }
+        DeviceBuffer* d_sum = arena->upload(sum, act);
+        ASSERT_FALSE(static_cast<bool>(arena->take_error()));
+        const DLTensor t_sum = act_tensor(d_sum);
+        const int64_t gate_ws = gate_residual_backward_workspace_bytes(rows, seq, R, hidden);
+        int64_t gate_ws_shape[1] = {gate_ws};
+        const DLTensor gate_workspace = device_tensor(*d_ws, 0, 0, 1, gate_ws_shape, nullptr, DLDataType{kDLUInt, 8, 1});
+        status = runtime().gate_residual_backward(t_sum, gate, index, y, &t_dy[1], &t_dgate[1], &gate_workspace, nullptr);
+        ASSERT_TRUE(status.ok()) << status.message();
+        ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
+
+        auto same = [&](DeviceBuffer* a, const std::vector<uint8_t>* expected_host, DeviceBuffer* b, size_t bytes,
+                        const char* what) {
+          std::vector<uint8_t> x(bytes), e(bytes);
+          ASSERT_FALSE(static_cast<bool>(a->download(x.data(), bytes)));
+          if (expected_host) e = *expected_host;
+          else ASSERT_FALSE(static_cast<bool>(b->download(e.data(), bytes)));
+          EXPECT_TRUE(x == e) << name << ": " << what << " differs";
+        };
+        // The host model: gate_residual's, then rms_norm's rows at the kernel's rstd (the GPU's
+        // rsqrt.approx has no bit-exact host equivalent).
+        std::vector<uint8_t> residual_host(act), y_host(act), weight_host(hidden * elem), index_host, h_model(act),
+            out_model(act), rstd_host(static_cast<size_t>(rows) * 4);
+        index_host.resize(static_cast<size_t>(seq) * (index_type == IndexType::I32 ? 4 : 8));
+        ASSERT_FALSE(static_cast<bool>(d_residual_in->download(residual_host.data(), act)));
+        ASSERT_FALSE(static_cast<bool>(d_y_in->download(y_host.data(), act)));
+        ASSERT_FALSE(static_cast<bool>(d_weight_in->download(weight_host.data(), weight_host.size())));
+        ASSERT_FALSE(static_cast<bool>(d_index->download(index_host.data(), index_host.size())));
+        ASSERT_FALSE(static_cast<bool>(rstd[0]->download(rstd_host.data(), rstd_host.size())));
+        EXPECT_EQ(gate_residual_model(dtype, residual_host.data(), table.data() + 2 * hidden * elem, stride, R,
+                                      index_host.data(), index_type, y_host.data(), h_model.data(), rows, seq, hidden),
+                  0);
+        for (int64_t r = 0; r < rows; ++r) {
+          int64_t i = 0;
+          if (index_type == IndexType::I32) {
+            int32_t v;
+            std::memcpy(&v, &index_host[(r % seq) * 4], 4);
+            i = v;
+          } else {
+            std::memcpy(&i, &index_host[(r % seq) * 8], 8);
+          }
+          float r_std;
+          std::memcpy(&r_std, &rstd_host[r * 4], 4);
+          const uint8_t* table_row = table.data() + static_cast<size_t>(i * stride) * elem;
+          rms_norm_row_model(dtype, h_model.data() + r * hidden * elem, weighted ? weight_host.data() : nullptr,
+                             modulated ? table_row + 3 * hidden * elem : nullptr,
+                             modulated ? table_row + 4 * hidden * elem : nullptr, hidden, r_std,
+                             out_model.data() + r * hidden * elem);
+        }
+        same(h[0], &h_model, nullptr, act, "h vs the host model");
+        same(out[0], &out_model, nullptr, act, "out vs the host model");
+        same(h[0], nullptr, h[1], act, "h");
+        same(out[0], nullptr, out[1], act, "out");
+        same(rstd[0], nullptr, rstd[1], static_cast<size_t>(rows) * 4, "rstd");
+        same(d_res[0], &sum, nullptr, act, "d_residual");
+        same(d_y[0], nullptr, d_y[1], act, "d_y");
+        same(grads[0], nullptr, grads[1], static_cast<size_t>((3 * R + 1) * hidden) * elem,
+             "d_gate, d_shift, d_scale, d_weight");
+      }
+}
+
+TEST_F(Gpu, GateResidualRmsNormReportsABadIndexByName) {
+  using namespace selftest;
+  const int64_t H = 5376, R = 3, S = 64;
+  Generator gen{77};
+  auto arena = DeviceArena::open(0);
+  ASSERT_TRUE(static_cast<bool>(arena)) << llvm::toString(arena.takeError());
+  const size_t act = static_cast<size_t>(S * H) * 2;
+  DeviceBuffer* d_x = arena->upload(random_storage(gen, DType::BF16, S * H, false), act);
+  DeviceBuffer* d_table = arena->upload(random_storage(gen, DType::BF16, R * H, false), R * H * 2);
+  DeviceBuffer* d_index = arena->upload(index_bytes(IndexType::I64, random_indices(gen, S, R, 5, 1 << 20)), S * 8);
+  DeviceBuffer* d_h = arena->upload({}, act);
+  DeviceBuffer* d_out = arena->upload({}, act);
+  ASSERT_FALSE(static_cast<bool>(arena->take_error()));
+  int64_t act_shape[2] = {S, H}, table_shape[2] = {R, H}, index_shape[1] = {S};
+  const DLDataType bf16 = dl_dtype(DType::BF16);
+  const DLTensor x = device_tensor(*d_x, 0, 0, 2, act_shape, nullptr, bf16);
+  const DLTensor table = device_tensor(*d_table, 0, 0, 2, table_shape, nullptr, bf16);
+  const DLTensor index = device_tensor(*d_index, 0, 0, 1, index_shape, nullptr, dl_index(IndexType::I64));
+  const DLTensor h = device_tensor(*d_h, 0, 0, 2, act_shape, nullptr, bf16);
+  const DLTensor out = device_tensor(*d_out, 0, 0, 2, act_shape, nullptr, bf16);
+  Status status = runtime().gate_residual_rms_norm(x, table, index, x, nullptr, nullptr, nullptr, h, out, nullptr,
+                                                   1e-6, nullptr);
+  ASSERT_TRUE(status.ok()) << status.message();
+  status = runtime().synchronize(0, nullptr);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("gate_residual_rms_norm: index[5]"), std::string::npos) << status.message();
+  EXPECT_TRUE(runtime().synchronize(0, nullptr).ok());  // reported once; the context still works
+}
+
 // Also the compute-sanitizer target of the campaign: bad keys must not send any access out of
 // bounds (the plan leaves them out of every tile).
 TEST_F(Gpu, BackwardBadIndexIsReported) {

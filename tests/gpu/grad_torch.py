@@ -10,6 +10,10 @@ What each backward must do (NUMERICS.md; include/exactjit/exactjit.h):
     inputs) as eager PyTorch is (eager run with torch.use_deterministic_algorithms off, as shipped);
   * gradients reach the AdaLN table through the views the ops are given (table.grad is nonzero
     only in the view's columns and equals the low-level *_backward output there);
+  * gate_residual_rms_norm's gradients (grad of h given, or None when only out is used) are those of
+    exactjit's gate_residual followed by rms_norm, bit for bit, and meet the rules above; its d_y is
+    eager's VJP rT(d_residual * gate[i]) of its d_residual, bit for bit (in the accuracy rule its
+    error is d_residual's, plus eager's one rounding);
   * ctx.needs_input_grad decides what the library computes, and a bad index in a backward is
     reported by synchronize() (or at the call with EXACTJIT_CHECK_AFTER_LAUNCH) without a crash;
   * forward + backward can be captured in a CUDA graph and replayed with identical results.
@@ -30,7 +34,7 @@ by 1e-3 and row 2 by 30 explicitly), never zeros. fp16 upstream gradients are sc
 gradient overflows fp16 (eager and exactjit alike would give inf where fp64 does not).
 
 Usage: PYTHONPATH is set up from this file's location; EXACTJIT_LIBRARY picks the library.
-  python3 tests/gpu/grad_torch.py [--groups gate,rms,gather,sinusoid,needs,bad_index,graph]
+  python3 tests/gpu/grad_torch.py [--groups gate,rms,fused,gather,sinusoid,needs,bad_index,graph]
       [--hiddens 1024,5376] [--sizes 1,7,4097,32768] [--report grad.md] [--json grad.json]
 Exit status: 0 all cases pass, 1 a case failed, 2 exactjit, its backward or CUDA unavailable.
 """
@@ -56,7 +60,7 @@ T = 3  # timesteps in the AdaLN tables
 EPS = 1e-5
 UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24}
 FLOOR_ULPS = {torch.bfloat16: 1.0, torch.float16: 1.0, torch.float32: 8.0}
-GROUPS = ("gate", "rms", "gather", "sinusoid", "needs", "bad_index", "graph")
+GROUPS = ("gate", "rms", "fused", "gather", "sinusoid", "needs", "bad_index", "graph")
 
 
 class Data(check_support.Data):
@@ -157,8 +161,8 @@ class Suite(check_support.Suite):
     report tabulates after the cases."""
 
     script = "grad_torch.py"
-    title = ("# exactjit backward through torch.autograd: gate_residual, rms_norm, adaln_row_gather, "
-             "timestep_sinusoid")
+    title = ("# exactjit backward through torch.autograd: gate_residual, rms_norm, gate_residual_rms_norm, "
+             "adaln_row_gather, timestep_sinusoid")
     skip_label = "SKIP"
     name_width = 78
     summary_width = 100
@@ -515,6 +519,162 @@ def rms_group(suite, data, hiddens, sizes):
 
 
 # ---------------------------------------------------------------------------------------------
+# gate_residual_rms_norm
+
+# (form, whether h's gradient is given: else only out feeds the loss and grad_h is None)
+FUSED_FORMS = (("weight modulated", True), ("weight modulated", False), ("no-weight modulated", True),
+               ("weight plain", True))
+
+
+class FusedCase:
+    """h = residual + gate[i] * y, out = norm(h) (weighted and/or modulated): gate, shift and scale
+    are the block's chunks 2, 3 and 4 of one (T, 18H) table; fixed upstream gradients of out and h."""
+
+    def __init__(self, data, form, dtype, h, s, b):
+        self.h = h
+        self.residual = data.rows(act_shape(b, s, h), dtype)
+        self.y = data.rows(act_shape(b, s, h), dtype)
+        self.grad_out = data.upstream(act_shape(b, s, h), dtype)
+        self.grad_h = data.upstream(act_shape(b, s, h), dtype)
+        self.table = data.rows((T, 18 * h), dtype, row_len=6 * h)
+        self.weight = (1 + 0.1 * torch.randn(h, device="cuda", generator=data.gen())).to(dtype) \
+            if form.startswith("weight") else None
+        self.modulated = "modulated" in form
+        self.index = data.index(s, 3 * T)
+
+    def chunk(self, t, c):
+        return t.view(3 * T, 6 * self.h)[:, c * self.h:(c + 1) * self.h]
+
+    def chunks(self, t):
+        """The columns of the table the gradient may touch: gate (and shift, scale)."""
+        return t.view(3 * T, 6 * self.h)[:, 2 * self.h:(5 if self.modulated else 3) * self.h]
+
+
+def fused_eager(residual, gate, index, y, weight, shift, scale):
+    h = gate_eager(residual, gate, index, y)
+    return h, rms_eager(h, weight, shift, scale, index)
+
+
+def fused_ours(xj):
+    return lambda residual, gate, index, y, weight, shift, scale: xj.gate_residual_rms_norm(
+        residual, gate, index, y, weight, EPS, shift=shift, scale=scale)
+
+
+def fused_two_ops(xj):
+    """exactjit's two ops, one after the other: what the fused op's gradients must equal."""
+    def run(residual, gate, index, y, weight, shift, scale):
+        h = xj.gate_residual(residual, gate, index, y)
+        return h, xj.rms_norm(h, weight, EPS, shift=shift, scale=scale, index=index if shift is not None else None)
+    return run
+
+
+def fused_run(fn, c, with_grad_h, dtype=None, need=("residual", "y", "table", "weight"), used=("h", "out")):
+    """Forward fn and backward of the fixed upstream gradients of the outputs in `used` (h's only
+    with with_grad_h) over fresh leaves: h, out and the gradients (None where not required)."""
+    r = leaf(c.residual, "residual" in need, dtype)
+    y = leaf(c.y, "y" in need, dtype)
+    tab = leaf(c.table, "table" in need, dtype)
+    w = leaf(c.weight, "weight" in need, dtype) if c.weight is not None else None
+    shift, scale = (c.chunk(tab, 3), c.chunk(tab, 4)) if c.modulated else (None, None)
+    h, out = fn(r, c.chunk(tab, 2), c.index, y, w, shift, scale)
+    pairs = [(t, g) for name, t, g in (("out", out, c.grad_out), ("h", h, c.grad_h))
+             if name in used and (name == "out" or with_grad_h)]
+    torch.autograd.backward([t for t, _ in pairs], [g.to(dtype) if dtype is not None else g for _, g in pairs])
+    return dict(h=h.detach(), out=out.detach(), d_residual=r.grad, d_y=y.grad, d_table=tab.grad,
+                d_weight=w.grad if w is not None else None)
+
+
+def fused_outputs(c, run):
+    """Named gradients of one run for the accuracy rule: d_residual, d_gate, d_weight, d_shift, d_scale
+    (present ones)."""
+    named = [("d_residual", run["d_residual"]), ("d_gate", c.chunk(run["d_table"], 2))]
+    if c.weight is not None:
+        named.append(("d_weight", run["d_weight"]))
+    if c.modulated:
+        named += [("d_shift", c.chunk(run["d_table"], 3)), ("d_scale", c.chunk(run["d_table"], 4))]
+    return named
+
+
+FUSED_KEYS = ("h", "out", "d_residual", "d_y", "d_table", "d_weight")
+
+
+def fused_group(suite, data, hiddens, sizes):
+    xj, args = suite.xj, suite.args
+    ours_fn, two_fn = fused_ours(xj), fused_two_ops(xj)
+    log(f"gate_residual_rms_norm backward: forms {FUSED_FORMS}, H in {hiddens}, S in {sizes}, B in (1, 2)")
+    for dname, dtype in DTYPES.items():
+        for h in hiddens:
+            for s in sizes:
+                for b in (1, 2):
+                    for form, with_grad_h in FUSED_FORMS:
+                        c = FusedCase(data, form, dtype, h, s, b)
+                        eager = fused_run(fused_eager, c, with_grad_h)
+                        ref = fused_run(fused_eager, c, with_grad_h, torch.float64)
+                        label = f"{dname} H={h} S={s} B={b} {form} grad_h={'given' if with_grad_h else 'None'}"
+                        params = dict(dtype=dname, H=h, S=s, B=b, form=form, grad_h=with_grad_h)
+                        state = {}
+
+                        def repeat_and_view():
+                            def run():
+                                g = fused_run(ours_fn, c, with_grad_h)
+                                state.setdefault("ours", g)
+                                return tuple(g[k] for k in FUSED_KEYS)
+                            ok, detail, first = repeat_check(run, FUSED_KEYS, args.repeats)
+                            if not ok:
+                                return ok, detail
+                            ok, fwd = all_equal([("h", first[0], eager["h"]), ("out", first[1], eager["out"])])
+                            if not ok:
+                                return False, f"forward through autograd differs from eager: {fwd}"
+                            ok, where = outside_zero(first[4], c.chunks)
+                            return ok, f"{detail}; h and out = eager bitwise; table.grad {where}"
+
+                        def as_two_ops():
+                            got = state.get("ours") or fused_run(ours_fn, c, with_grad_h)
+                            two = fused_run(two_fn, c, with_grad_h)
+                            return all_equal([(k, got[k], two[k]) for k in FUSED_KEYS])
+
+                        def accuracy():
+                            got = state.get("ours") or fused_run(ours_fn, c, with_grad_h)
+                            d_res, gate_rows = got["d_residual"], c.chunk(c.table, 2).index_select(0, c.index)
+                            vjp = (d_res.view(-1, s, h) * gate_rows).view(d_res.shape)
+                            ok, detail = compare(got["d_y"], vjp)
+                            if not ok:
+                                return False, f"d_y vs eager's VJP of d_residual: {detail}"
+                            outs = [(n, o, e, r) for (n, o), (_, e), (_, r) in
+                                    zip(fused_outputs(c, got), fused_outputs(c, eager), fused_outputs(c, ref))]
+                            ok, detail, rows = suite.accuracy.check(outs)
+                            return ok, f"d_y = eager's VJP of d_residual, bitwise; {detail}", rows
+
+                        suite.run("gate_residual_rms_norm", f"{label}: repeatable, forward = eager, table.grad "
+                                  "through the views", repeat_and_view, **params)
+                        suite.run("gate_residual_rms_norm", f"{label}: = gate_residual then rms_norm (exactjit), "
+                                  "bitwise", as_two_ops, **params)
+                        suite.run("gate_residual_rms_norm", f"{label}: accuracy vs fp64, d_y = VJP of d_residual",
+                                  accuracy, **params)
+                        c = eager = ref = state = None  # drop the case's tensors before the next is drawn
+                    torch.cuda.empty_cache()
+        s, b, h = 4097, 2, max(hiddens)
+        c = FusedCase(data, "weight modulated", dtype, h, s, b)
+
+        def only_h():
+            """out unused: gate_residual's backward of grad_h alone, as eager's autograd runs it."""
+            got = fused_run(ours_fn, c, True, used=("h",))
+            eager = fused_run(fused_eager, c, True, used=("h",))
+            if got["d_weight"] is not None:
+                return False, "weight got a gradient although out was not used"
+            ok, where = outside_zero(got["d_table"], lambda t: c.chunk(t, 2))
+            if not ok:
+                return False, f"table.grad {where} (gate chunk)"
+            ok, detail = all_equal([("d_residual vs grad_h", got["d_residual"], c.grad_h),
+                                    ("d_y vs eager VJP", got["d_y"], eager["d_y"])])
+            return ok, f"{detail}; table.grad {where} (gate chunk)"
+        suite.run("gate_residual_rms_norm", f"{dname} H={h} S={s} B={b}: only h used: d_residual = grad_h, d_y = "
+                  "eager, no norm gradient", only_h, dtype=dname, H=h, S=s, B=b)
+        c = None
+        torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------------
 # adaln_row_gather
 
 def gather_eager(rows, ti, tags):
@@ -857,6 +1017,35 @@ def bad_index_group(suite, data, h):
         suite.run("bad_index", f"rms_norm_backward (modulated) {name}", case)
     c = good = rstd = None  # drop the case's tensors before the next is drawn
 
+    c = FusedCase(data, "weight modulated", dtype, h, s, 1)
+    gate, shift, scale = (c.chunk(c.table, k) for k in (2, 3, 4))
+    with torch.no_grad():
+        fused_h, _, rstd = rt.gate_residual_rms_norm(c.residual, gate, c.index, c.y, c.weight, EPS, shift=shift,
+                                                     scale=scale, return_rstd=True)
+
+    def fused_backward(index):
+        return rt.gate_residual_rms_norm_backward(c.grad_out, c.grad_h, fused_h, c.y, gate, index, c.weight, rstd, EPS,
+                                                  scale=scale)
+    good = fused_backward(c.index)
+    xj.synchronize()
+    bad = c.index.clone()
+    bad[s // 3] = 3 * T
+
+    def fused_case():
+        ok, detail = expect_error(xj, 5, lambda: fused_backward(bad), "gate_residual_rms_norm")
+        if not ok:
+            return ok, detail
+
+        def redo():
+            again = fused_backward(c.index)
+            xj.synchronize()
+            names = ("d_residual", "d_y", "d_gate", "d_weight", "d_shift", "d_scale")
+            return all_equal([(k, a, g) for k, a, g in zip(names, again, good)])
+        ok2, detail2 = cuda_still_works(xj, redo)
+        return ok2, f"{detail}; then a good backward: {detail2}"
+    suite.run("bad_index", "gate_residual_rms_norm_backward index = 3T", fused_case)
+    c = good = rstd = fused_h = None  # drop the case's tensors before the next is drawn
+
     grad = data.upstream((6, s, h), dtype)
     ti = torch.randint(0, T, (s,), device="cuda", generator=data.gen())
     tags = torch.randint(0, 3, (s,), device="cuda", generator=data.gen())
@@ -1000,6 +1189,7 @@ def main():
     h_big = max(hiddens)
     parts = {"gate": lambda: gate_group(suite, data, hiddens, sizes),
              "rms": lambda: rms_group(suite, data, hiddens, sizes),
+             "fused": lambda: fused_group(suite, data, hiddens, sizes),
              "gather": lambda: gather_group(suite, data, hiddens, sizes),
              "sinusoid": lambda: sinusoid_group(suite, data),
              "needs": lambda: needs_group(suite, data, h_big),

@@ -17,7 +17,8 @@ Groups (--groups):
             0 graph breaks; torch.compile(fullgraph=True) forward output and every gradient bitwise
             equal to the uncompiled chain; mode="reduce-overhead" (CUDA graphs) forward and backward
             over several replays, bitwise; S marked dynamic: a second sequence length compiles no
-            new graph
+            new graph; the chain with the first gated residual and norm2 fused
+            (gate_residual_rms_norm): 0 graph breaks, fullgraph bitwise equal to it uncompiled
   capture   torch.cuda.graph capture of forward + backward without torch.compile, after the one
             warm-up call that loads the kernels (compiling or loading a module cannot be captured),
             replayed with new inputs copied in, bitwise equal to eager calls
@@ -98,6 +99,18 @@ def chain(x, table, index, attn, ff, weight, t):
     return n1, n2, out, temb
 
 
+def fused_chain(x, table, index, attn, ff, weight, t):
+    """chain with its first gated residual and the modulated norm2 it feeds in one exactjit op."""
+    import exactjit
+    h = table.shape[1] // 18
+    shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = table.view(-1, 6 * h).chunk(6, dim=-1)
+    n1 = exactjit.rms_norm(x, weight, EPS, shift=shift_msa, scale=scale_msa, index=index)
+    x, n2 = exactjit.gate_residual_rms_norm(x, gate_msa, index, attn, weight, EPS, shift=shift_mlp, scale=scale_mlp)
+    out = exactjit.gate_residual(x, gate_mlp, index, ff)
+    temb = exactjit.timestep_sinusoid(t, 256)
+    return n1, n2, out, temb
+
+
 def run_step(fn, inputs):
     """Outputs and gradients (every leaf) of one forward + backward of fn."""
     for leaf in inputs.leaves():
@@ -125,6 +138,8 @@ def operator_cases(data):
     w_fp32 = torch.randn(96, 64, device="cuda") * 0.05
     rstd = exactjit.rms_norm(x, weight, EPS, return_rstd=True)[1]
     grad_x = data.rows((2, s, h), torch.bfloat16)
+    fused_h, _, fused_rstd = torch.ops.exactjit.gate_residual_rms_norm(x, gate, index, x, weight, EPS,
+                                                                       rows[:, 3 * h:4 * h], rows[:, 4 * h:5 * h], True)
     ops = torch.ops.exactjit
     cases = {
         "gate_residual": (ops.gate_residual.default, (x, gate, index, x)),
@@ -137,6 +152,17 @@ def operator_cases(data):
         "rms_norm": (ops.rms_norm.default, (x, weight, EPS, shift, scale, index, True)),
         "rms_norm_backward": (ops.rms_norm_backward.default,
                               (grad_x, x, weight, scale, index, rstd, EPS, True, True, True, True)),
+        "gate_residual_rms_norm": (ops.gate_residual_rms_norm.default,
+                                   (x, gate, index, x, weight, EPS, rows[:, 3 * h:4 * h], rows[:, 4 * h:5 * h], True)),
+        "gate_residual_rms_norm plain": (ops.gate_residual_rms_norm.default,
+                                         (x, gate, index, x, None, EPS, None, None, False)),
+        "gate_residual_rms_norm_backward": (ops.gate_residual_rms_norm_backward.default,
+                                            (grad_x, grad_x, fused_h, x, gate, index, weight, rows[:, 4 * h:5 * h],
+                                             fused_rstd, EPS, True, True, True, True, True)),
+        "gate_residual_rms_norm_backward grad_h None": (ops.gate_residual_rms_norm_backward.default,
+                                                        (grad_x, None, fused_h, x, gate, index, None,
+                                                         rows[:, 4 * h:5 * h], fused_rstd, EPS, False, True, False,
+                                                         False, True)),
         "timestep_sinusoid": (ops.timestep_sinusoid.default, (t, 256, 10000.0, True, 0.0, 1.0, False)),
         "timestep_sinusoid_backward": (ops.timestep_sinusoid_backward.default,
                                        (t, torch.randn(T, 256, device="cuda"), 10000.0, True, 0.0, 1.0)),
@@ -151,7 +177,8 @@ def operator_cases(data):
 def opcheck_group(suite, data):
     import exactjit
     cases = operator_cases(data)
-    differentiable = {"gate_residual": (0, 1, 3), "rms_norm": (0, 1, 3, 4), "adaln_row_gather": (0,),
+    differentiable = {"gate_residual": (0, 1, 3), "rms_norm": (0, 1, 3, 4),
+                      "gate_residual_rms_norm": (0, 1, 3, 4, 6, 7), "adaln_row_gather": (0,),
                       "timestep_sinusoid": (0,), "det_linear": (0, 1), "det_linear fp32": (0, 1)}
     missing = set(exactjit.ops.OPERATORS) - {name.split()[0] for name in cases}
     suite.run("opcheck", "every operator has a case", lambda: (not missing, f"missing {sorted(missing)}"))
@@ -245,6 +272,9 @@ def direct_group(suite, data):
         direct = chain(*inputs.args())
         with Through():
             via_op = chain(*inputs.args())
+        fused = fused_chain(*inputs.args())
+        with Through():
+            fused_op = fused_chain(*inputs.args())
         rows = inputs.table.view(3 * T, 6 * H)
         six = exactjit.adaln_row_gather(rows, inputs.index // 3, inputs.index % 3)
         with Through():
@@ -252,6 +282,8 @@ def direct_group(suite, data):
     pairs = [(n, a, b) for n, a, b in zip(NAMES, direct, via_op)] + [("gather", torch.stack(six),
                                                                         torch.stack(six_op))]
     suite.run("direct", "shortcut == operator (chain + gather, S = 4097)", lambda: all_equal(pairs))
+    suite.run("direct", "shortcut == operator (chain with gate_residual_rms_norm, S = 4097)",
+              lambda: all_equal([(n, a, b) for n, a, b in zip(NAMES, fused, fused_op)]))
 
 
 def compile_group(suite, data):
@@ -316,6 +348,21 @@ def compile_group(suite, data):
                 return False, f"S = {s}: {detail}"
         return len(compiles) == 1, f"S = 4097, 2049, 8191: {len(compiles)} compile(s), outputs bitwise"
     suite.run("compile", "dynamic S: one compile for 3 lengths", dynamic)
+
+    def fused_explain():
+        torch._dynamo.reset()
+        e = torch._dynamo.explain(fused_chain)(*inputs.args())
+        return e.graph_break_count == 0 and e.graph_count == 1, (
+            f"{e.graph_count} graph(s), {e.graph_break_count} break(s) {e.break_reasons}")
+    suite.run("compile", "explain: chain with gate_residual_rms_norm has 0 graph breaks", fused_explain)
+
+    def fused_fullgraph():
+        want_fused = run_step(fused_chain, inputs)
+        torch._dynamo.reset()
+        compiled = torch.compile(fused_chain, fullgraph=True)
+        return all_equal([(n, g, w) for n, g, w in zip(NAMES, run_step(compiled, inputs), want_fused)])
+    suite.run("compile", "chain with gate_residual_rms_norm: fullgraph fwd + bwd bitwise == uncompiled",
+              fused_fullgraph)
     inductor_config.emulate_precision_casts = False
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Bit-for-bit parity of exactjit.gate_residual with PyTorch eager, on the GPU machine.
+"""Bit-for-bit parity of exactjit's forward ops with PyTorch eager, on the GPU machine.
 
 The reference is eager `residual + gate.index_select(0, index) * y`, and the check is
 torch.equal on the raw bits (.view(int16 / int32)), never a tolerance: the op's contract
@@ -13,7 +13,9 @@ table (T, 18H) viewed as (3T, 6H), or chunk 1 of a final-norm table (T, 2H).
 
 Groups: the grid (dtype x S x B x table x index dtype at --hidden), scalar-path and misaligned
 cases (odd H, odd row stride, odd base offsets), a small H, argument errors (code 1), and bad
-indices (synchronize() must raise code 5 naming gate_residual, and the context must stay usable).
+indices (synchronize() must raise code 5 naming gate_residual, and the context must stay usable);
+then adaln_row_gather, rms_norm, gate_residual_rms_norm (h and out against the two eager
+expressions it fuses) and timestep_sinusoid, each against its eager expression.
 
 Usage: PYTHONPATH is set up from this file's location; EXACTJIT_LIBRARY picks the library.
   python3 tests/gpu/parity_torch.py [--hidden 5376] [--report parity.md] [--json parity.json]
@@ -91,7 +93,7 @@ def compare(got, ref):
 class Suite(check_support.Suite):
     script = "parity_torch.py"
     title = ("# exactjit parity with PyTorch eager (bitwise): gate_residual, adaln_row_gather, rms_norm, "
-             "timestep_sinusoid")
+             "gate_residual_rms_norm, timestep_sinusoid")
     skip_label = "skip"
     name_width = 58
     summary_width = 70
@@ -349,6 +351,110 @@ def rms_norms(suite, data):
                 torch.cuda.empty_cache()
 
 
+def fused_eager(residual, gate, index, y, weight, shift, scale, eps):
+    """(h, out): the gated residual, then the RMSNorm of h (modulated when shift is given), as a DiT
+    block writes them one after the other."""
+    import torch.nn.functional as F
+    h = eager(residual, gate, index, y)
+    out = F.rms_norm(h, (h.shape[-1],), weight, eps)
+    if shift is not None:
+        out = out * (1 + scale.index_select(0, index)) + shift.index_select(0, index)
+    return h, out
+
+
+def fused_norms(suite, data):
+    """gate_residual_rms_norm's h and out against the gated residual and rms_norm of eager, bit for
+    bit: with and without weight and modulation (shift, scale and gate the block's chunks 3, 4 and 2
+    of one table), a 2H gate for the plain norm, a NaN and an Inf element, the rstd it saves equal to
+    rms_norm's of h, a row alone vs in a batch, argument errors and a bad index."""
+    log("gate_residual_rms_norm: h and (modulated) norm of h vs eager, bitwise")
+    eps = 1e-5
+    for dname, dtype in DTYPES.items():
+        for h in (64, 1024, 5376):
+            for s in (1, 3, 4097, 32768):
+                for b in (1, 2):
+                    residual, y = activations(data, b, s, h, dtype)
+                    if s >= 2:  # non-finite values reach h and the norm of their rows
+                        residual.view(-1, h)[0, 5] = float("nan")
+                        y.view(-1, h)[1, 7] = float("inf")
+                    w = (1 + 0.1 * torch.randn(h, device="cuda", generator=data.gen())).to(dtype)
+                    rows = data.rows((T, 18 * h), dtype, row_len=6 * h).view(3 * T, 6 * h)
+                    gate, shift, scale = (rows[:, c * h:(c + 1) * h] for c in (2, 3, 4))
+                    idx = data.index(s, 3 * T)
+                    forms = [("weight modulated", w, gate, shift, scale, idx, "int64"),
+                             ("weight modulated", w, gate, shift, scale, idx.int(), "int32"),
+                             ("no-weight modulated", None, gate, shift, scale, idx, "int64"),
+                             ("weight plain", w, gate, None, None, idx, "int64"),
+                             ("no-weight plain", None, gate, None, None, idx, "int64"),
+                             ("weight plain, gate 2H", w, table_view(data, "2H", h, dtype), None, None,
+                              data.index(s, T), "int64")]
+                    for form, weight, g, sh, sc, index, iname in forms:
+                        def case(weight=weight, g=g, sh=sh, sc=sc, index=index, form=form, iname=iname):
+                            got = suite.xj.gate_residual_rms_norm(residual, g, index, y, weight, eps, shift=sh,
+                                                                  scale=sc)
+                            suite.xj.synchronize()
+                            want = fused_eager(residual, g, index.long(), y, weight, sh, sc, eps)
+                            for name, a, e in zip(("h", "out"), got, want):
+                                ok, detail = check_support.compare(a, e, want="eager", count_poisoned=False)
+                                if not ok:
+                                    return False, f"{name}: {detail}"
+                            details = ["h and out bitwise equal"]
+                            if form == "weight modulated" and iname == "int64":
+                                _, _, rstd = suite.xj.runtime().gate_residual_rms_norm(
+                                    residual, g, index, y, weight, eps, shift=sh, scale=sc, return_rstd=True)
+                                _, want_rstd = suite.xj.rms_norm(want[0], weight, eps, shift=sh, scale=sc,
+                                                                 index=index, return_rstd=True)
+                                suite.xj.synchronize()
+                                ok, detail = check_support.compare(rstd, want_rstd)
+                                if not ok:
+                                    return False, f"rstd vs rms_norm's of h: {detail}"
+                                details.append("rstd = rms_norm's of h")
+                                if b == 2:  # a row alone vs in the batch
+                                    alone = suite.xj.gate_residual_rms_norm(
+                                        residual[1, -1:].contiguous(), g, index[-1:], y[1, -1:].contiguous(), weight,
+                                        eps, shift=sh, scale=sc)
+                                    suite.xj.synchronize()
+                                    for name, a, e in zip(("h", "out"), alone, got):
+                                        ok, detail = check_support.compare(a, e[1, -1:])
+                                        if not ok:
+                                            return False, f"a row alone, {name}: {detail}"
+                                    details.append("a row alone equals it in the batch")
+                            return True, "; ".join(details)
+                        suite.run("fused", f"{dname} H={h} S={s} B={b} {form} index={iname}", case, dtype=dname,
+                                  H=h, S=s, B=b, form=form, index=iname)
+                    del residual, y, rows, gate, shift, scale
+                torch.cuda.empty_cache()
+
+    h, s, dtype = 1024, 4097, torch.bfloat16
+    residual, y = activations(data, 1, s, h, dtype)
+    rows = data.rows((T, 18 * h), dtype, row_len=6 * h).view(3 * T, 6 * h)
+    gate, shift, scale = (rows[:, c * h:(c + 1) * h] for c in (2, 3, 4))
+    index = data.index(s, 3 * T)
+    final = data.rows((T, 2 * h), dtype)
+    cases = [  # (name, gate, shift, scale) that the library must refuse with code 1
+        ("shift without scale", gate, shift, None),
+        ("gate rows and row stride differ from shift's", final[:, :h], shift, scale),
+    ]
+    for name, g, sh, sc in cases:
+        suite.run("fused_invalid", name, lambda g=g, sh=sh, sc=sc: expect_error(
+            suite.xj, 1, lambda: suite.xj.gate_residual_rms_norm(residual, g, index, y, None, eps, shift=sh,
+                                                                 scale=sc)))
+    bad = index.clone()
+    bad[s // 2] = 3 * T
+
+    def bad_index():
+        ok, detail = expect_error(suite.xj, 5, lambda: suite.xj.gate_residual_rms_norm(
+            residual, gate, bad, y, None, eps, shift=shift, scale=scale), "gate_residual_rms_norm")
+        if not ok:
+            return ok, detail
+        got = suite.xj.gate_residual_rms_norm(residual, gate, index, y, None, eps, shift=shift, scale=scale)
+        suite.xj.synchronize()
+        want = fused_eager(residual, gate, index, y, None, shift, scale, eps)
+        ok2, detail2 = compare(torch.stack(got), torch.stack(want))
+        return ok2, f"{detail}; then a good call: {detail2}"
+    suite.run("fused_invalid", "bad index: code 5 naming gate_residual_rms_norm, then a good call", bad_index)
+
+
 def sinusoids(suite, data):
     log("timestep_sinusoid: diffusers get_timestep_embedding, bitwise; check_range")
     for c in (256, 320, 255):
@@ -414,6 +520,7 @@ def main():
                      lambda: bad_indices(suite, data, args.hidden),
                      lambda: row_gather(suite, data, args.hidden),
                      lambda: rms_norms(suite, data),
+                     lambda: fused_norms(suite, data),
                      lambda: sinusoids(suite, data)):
             try:
                 part()

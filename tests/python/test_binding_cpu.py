@@ -23,10 +23,10 @@ from exactjit import _lib  # noqa: E402
 LOADED_BY_IMPORT = {name for name in ("torch", "exactjit._ops") if name in sys.modules}
 
 HEADER = os.path.join(REPO, "include", "exactjit", "exactjit.h")
-BACKWARD = ("xj_gate_residual_backward", "xj_rms_norm_backward", "xj_adaln_row_gather_backward",
-            "xj_timestep_sinusoid_backward")
+BACKWARD = ("xj_gate_residual_backward", "xj_rms_norm_backward", "xj_gate_residual_rms_norm_backward",
+            "xj_adaln_row_gather_backward", "xj_timestep_sinusoid_backward")
 WORKSPACE = ("xj_gate_residual_backward_workspace_bytes", "xj_rms_norm_backward_workspace_bytes",
-             "xj_adaln_row_gather_backward_workspace_bytes")
+             "xj_gate_residual_rms_norm_backward_workspace_bytes", "xj_adaln_row_gather_backward_workspace_bytes")
 
 
 def has_torch():
@@ -103,6 +103,8 @@ class BindingWithoutGpu(unittest.TestCase):
                 "adaln_row_gather": lambda: _lib.lib.xj_adaln_row_gather(rt.handle, None, None, None, None, None),
                 "rms_norm": lambda: _lib.lib.xj_rms_norm(rt.handle, None, None, None, None, None, None, None,
                                                          1e-5, None),
+                "gate_residual_rms_norm": lambda: _lib.lib.xj_gate_residual_rms_norm(rt.handle, *[None] * 10, 1e-5,
+                                                                                     None),
                 "timestep_sinusoid": lambda: _lib.lib.xj_timestep_sinusoid(rt.handle, None, None, 10000.0, 1,
                                                                            0.0, 1.0, 0, None),
             }
@@ -152,6 +154,8 @@ class BindingWithoutGpu(unittest.TestCase):
         calls = {
             "xj_gate_residual_backward": lambda rt: rt.gate_residual_backward(None, None, None, None),
             "xj_rms_norm_backward": lambda rt: rt.rms_norm_backward(None, None, None, None, 1e-5),
+            "xj_gate_residual_rms_norm_backward": lambda rt: rt.gate_residual_rms_norm_backward(
+                None, None, None, None, None, None, None, None, 1e-5),
             "xj_adaln_row_gather_backward": lambda rt: rt.adaln_row_gather_backward(None, None, None, 9),
             "xj_timestep_sinusoid_backward": lambda rt: rt.timestep_sinusoid_backward(None, None),
         }
@@ -166,6 +170,8 @@ class BindingWithoutGpu(unittest.TestCase):
         queries = [
             (exactjit.Runtime.gate_residual_backward_workspace_bytes, (131072, 131072, 9.0, 5376), "table_rows"),
             (exactjit.Runtime.rms_norm_backward_workspace_bytes, ("131072", 131072, 9, 5376, True), "rows"),
+            (exactjit.Runtime.gate_residual_rms_norm_backward_workspace_bytes, (131072, 1.5, 9, 5376, True, True),
+             "seq"),
             (exactjit.Runtime.adaln_row_gather_backward_workspace_bytes, (131072, 9, None), "hidden"),
         ]
         for query, args, name in queries:
@@ -190,21 +196,24 @@ class BindingWithoutGpu(unittest.TestCase):
             self.assertEqual(rt.gate_residual_backward_workspace_bytes(262144, 131072, 9, 5376), 4096)
             self.assertEqual(rt.rms_norm_backward_workspace_bytes(8, 4, 3, 64, True), 4096)
             self.assertEqual(rt.rms_norm_backward_workspace_bytes(8, 1, 0, 64, None), 4096)
+            self.assertEqual(rt.gate_residual_rms_norm_backward_workspace_bytes(8, 4, 3, 64, None, True), 4096)
             self.assertEqual(rt.adaln_row_gather_backward_workspace_bytes(7, 9, 5376), 4096)
         self.assertEqual(calls, [
             ("xj_gate_residual_backward_workspace_bytes", (262144, 131072, 9, 5376)),
             ("xj_rms_norm_backward_workspace_bytes", (8, 4, 3, 64, 1)),
             ("xj_rms_norm_backward_workspace_bytes", (8, 1, 0, 64, 0)),
+            ("xj_gate_residual_rms_norm_backward_workspace_bytes", (8, 4, 3, 64, 0, 1)),
             ("xj_adaln_row_gather_backward_workspace_bytes", (7, 9, 5376)),
         ])
         with mock.patch.object(_lib, "function", fake(-1)):
-            for query, args in ((rt.gate_residual_backward_workspace_bytes, (10, 3, 9, 64)),
-                                (rt.rms_norm_backward_workspace_bytes, (10, 3, 9, 64, False)),
-                                (rt.adaln_row_gather_backward_workspace_bytes, (0, 9, 64))):
+            for query, args, hidden in ((rt.gate_residual_backward_workspace_bytes, (10, 3, 9, 64), 64),
+                                        (rt.rms_norm_backward_workspace_bytes, (10, 3, 9, 64, False), 64),
+                                        (rt.gate_residual_rms_norm_backward_workspace_bytes, (10, 3, 9, 64, 1, 0), 64),
+                                        (rt.adaln_row_gather_backward_workspace_bytes, (0, 9, 64), 64)):
                 with self.assertRaises(ValueError) as caught:
                     query(*args)
                 self.assertIn("invalid shapes", str(caught.exception))
-                self.assertIn(f"hidden={args[-2] if len(args) == 5 else args[-1]}", str(caught.exception))
+                self.assertIn(f"hidden={hidden}", str(caught.exception))
 
     def test_workspace_queries_in_the_library(self):
         present = [name for name in WORKSPACE if name not in _lib.missing]
@@ -216,6 +225,8 @@ class BindingWithoutGpu(unittest.TestCase):
                 lambda: rt.gate_residual_backward_workspace_bytes(2 * 131072, 131072, 9, 5376),
             "xj_rms_norm_backward_workspace_bytes":
                 lambda: rt.rms_norm_backward_workspace_bytes(131072, 131072, 9, 5376, False),
+            "xj_gate_residual_rms_norm_backward_workspace_bytes":
+                lambda: rt.gate_residual_rms_norm_backward_workspace_bytes(2 * 131072, 131072, 9, 5376, True, True),
             "xj_adaln_row_gather_backward_workspace_bytes":
                 lambda: rt.adaln_row_gather_backward_workspace_bytes(131072, 9, 5376),
         }
@@ -226,6 +237,9 @@ class BindingWithoutGpu(unittest.TestCase):
             "xj_rms_norm_backward_workspace_bytes":
                 (lambda: rt.rms_norm_backward_workspace_bytes(-1, 1, 0, 5376, True),
                  lambda: rt.rms_norm_backward_workspace_bytes(4097, 4097, 9, 0, False)),
+            "xj_gate_residual_rms_norm_backward_workspace_bytes":
+                (lambda: rt.gate_residual_rms_norm_backward_workspace_bytes(-4097, 4097, 9, 5376, True, True),
+                 lambda: rt.gate_residual_rms_norm_backward_workspace_bytes(4097, 4097, 9, 0, False, False)),
             "xj_adaln_row_gather_backward_workspace_bytes":
                 (lambda: rt.adaln_row_gather_backward_workspace_bytes(-7, 9, 5376),
                  lambda: rt.adaln_row_gather_backward_workspace_bytes(7, 9, 0)),
@@ -247,6 +261,8 @@ class BindingWithoutGpu(unittest.TestCase):
                 "xj_gate_residual_backward": lambda: _lib.function("xj_gate_residual_backward")(
                     rt.handle, *[None] * 7, None),
                 "xj_rms_norm_backward": lambda: _lib.function("xj_rms_norm_backward")(rt.handle, *[None] * 6, 1e-5, *[None] * 5, None),
+                "xj_gate_residual_rms_norm_backward": lambda: _lib.function("xj_gate_residual_rms_norm_backward")(
+                    rt.handle, *[None] * 9, 1e-5, *[None] * 7, None),
                 "xj_adaln_row_gather_backward": lambda: _lib.function("xj_adaln_row_gather_backward")(
                     rt.handle, *[None] * 5, None),
                 "xj_timestep_sinusoid_backward": lambda: _lib.function("xj_timestep_sinusoid_backward")(
@@ -274,6 +290,17 @@ class BindingWithoutGpu(unittest.TestCase):
                 rt.rms_norm_backward(y, y, None, torch.ones(4), 1e-5, need_dshift=True)
             self.assertIn("scale", str(caught.exception))
             self.assertEqual(rt.rms_norm_backward(y, y, None, torch.ones(4), 1e-5, need_dx=False), (None,) * 4)
+        if "xj_gate_residual_rms_norm_backward" not in _lib.missing:
+            gate = table[:, :h]
+            for flags, word in ((dict(need_d_weight=True), "weight"), (dict(need_d_scale=True), "scale")):
+                with self.assertRaises(exactjit.InvalidArgumentError) as caught:
+                    rt.gate_residual_rms_norm_backward(y, None, y, y, gate, index, None, torch.ones(4), 1e-5, **flags)
+                self.assertIn(word, str(caught.exception))
+            # d_residual is always computed: CPU tensors get as far as the library, which refuses them by name.
+            with self.assertRaises(exactjit.InvalidArgumentError) as caught:
+                rt.gate_residual_rms_norm_backward(y, None, y, y, gate, index, None, torch.ones(4), 1e-5,
+                                                   need_d_y=False, need_d_gate=False)
+            self.assertIn("gate_residual_rms_norm_backward", str(caught.exception))
         if "xj_gate_residual_backward" not in _lib.missing:
             self.assertEqual(rt.gate_residual_backward(y, table[:, :h], index, y, need_d_y=False,
                                                        need_d_gate=False), (None, None))

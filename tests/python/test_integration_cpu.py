@@ -63,6 +63,11 @@ def gate_residual_ref(residual, gate, index, y):
     return residual + gate.index_select(0, index) * y
 
 
+def gate_residual_rms_norm_ref(residual, gate, index, y, weight, eps, *, shift=None, scale=None):
+    h = gate_residual_ref(residual, gate, index, y)
+    return h, rms_norm_ref(h, weight, eps, shift, scale, index)
+
+
 def timestep_sinusoid_ref(t, num_channels=256, max_period=10000, flip_sin_to_cos=True, downscale_freq_shift=0,
                           scale=1.0):
     return get_timestep_embedding(t, num_channels, flip_sin_to_cos, downscale_freq_shift, scale, max_period)
@@ -77,7 +82,8 @@ def adaln_projection_ref(temb, weight, bias, *, silu=True):
     return F.linear(F.silu(temb).to(weight.dtype), weight, bias)
 
 
-REFERENCES = dict(rms_norm=rms_norm_ref, gate_residual=gate_residual_ref, timestep_sinusoid=timestep_sinusoid_ref,
+REFERENCES = dict(rms_norm=rms_norm_ref, gate_residual=gate_residual_ref,
+                  gate_residual_rms_norm=gate_residual_rms_norm_ref, timestep_sinusoid=timestep_sinusoid_ref,
                   timestep_mlp=timestep_mlp_ref, adaln_projection=adaln_projection_ref)
 
 
@@ -297,8 +303,8 @@ class DiffusersIntegration(unittest.TestCase, Bitwise):
             xjd.remove(block)
         self.assert_bitwise(got, want)
         self.assert_bitwise(got_masked, want_masked)
-        self.assertEqual(calls(mocks), dict(rms_norm=2 * (2 + 2), gate_residual=4, timestep_sinusoid=0, timestep_mlp=0,
-                                            adaln_projection=2))
+        self.assertEqual(calls(mocks), dict(rms_norm=2 * (1 + 2), gate_residual=2, gate_residual_rms_norm=2,
+                                            timestep_sinusoid=0, timestep_mlp=0, adaln_projection=2))
 
         norm_out = model.norm_out
         args = self.block_args(model, inputs, "norm_out")

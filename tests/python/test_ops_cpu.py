@@ -37,6 +37,14 @@ SCHEMAS = {
     "rms_norm_backward": "exactjit::rms_norm_backward(Tensor grad, Tensor x, Tensor? weight, Tensor? scale, "
                          "Tensor? index, Tensor rstd, float eps, bool need_dx, bool need_dweight, "
                          "bool need_dshift, bool need_dscale) -> (Tensor, Tensor, Tensor, Tensor)",
+    "gate_residual_rms_norm": "exactjit::gate_residual_rms_norm(Tensor residual, Tensor gate, Tensor index, "
+                              "Tensor y, Tensor? weight, float eps, Tensor? shift, Tensor? scale, bool compute_rstd) "
+                              "-> (Tensor, Tensor, Tensor)",
+    "gate_residual_rms_norm_backward": "exactjit::gate_residual_rms_norm_backward(Tensor grad_out, Tensor? grad_h, "
+                                       "Tensor h, Tensor y, Tensor gate, Tensor index, Tensor? weight, "
+                                       "Tensor? scale, Tensor rstd, float eps, bool need_d_y, bool need_d_gate, "
+                                       "bool need_d_weight, bool need_d_shift, bool need_d_scale) -> (Tensor, "
+                                       "Tensor, Tensor, Tensor, Tensor, Tensor)",
     "timestep_sinusoid": "exactjit::timestep_sinusoid(Tensor t, SymInt num_channels, float max_period, "
                          "bool flip_sin_to_cos, float downscale_freq_shift, float scale, bool check_range) "
                          "-> Tensor",
@@ -60,6 +68,29 @@ def chain(x, tab, weight, index, y):
     shift, scale, gate = rows[:, 0:H], rows[:, H:2 * H], rows[:, 2 * H:3 * H]
     n = exactjit.rms_norm(x, weight, 1e-5, shift=shift, scale=scale, index=index)
     return exactjit.gate_residual(x, gate, index, n * y)
+
+
+def fused_chain(x, tab, weight, index, attn, ff):
+    """The block after attention: the first gated residual feeding the modulated norm2 (one fused
+    op), then the second gated residual on its output."""
+    rows = tab.view(3 * T, 6 * H)
+    gate_msa, shift_mlp, scale_mlp, gate_mlp = (rows[:, c * H:(c + 1) * H] for c in (2, 3, 4, 5))
+    h, n = exactjit.gate_residual_rms_norm(x, gate_msa, index, attn, weight, 1e-5, shift=shift_mlp, scale=scale_mlp)
+    return exactjit.gate_residual(h, gate_mlp, index, n * ff)
+
+
+if HAS_TORCH:
+    class ExactjitCalls(torch.utils._python_dispatch.TorchDispatchMode):
+        """Records the exactjit operators that run (the backward's too) with their arguments."""
+
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.namespace == "exactjit":
+                self.calls.append((func._schema.name.split("::")[1], args))
+            return func(*args, **(kwargs or {}))
 
 
 @unittest.skipUnless(HAS_TORCH, "torch is not installed")
@@ -89,6 +120,20 @@ class Operators(unittest.TestCase):
         weight = torch.empty(H, device=META, dtype=torch.bfloat16)
         grads = ops.rms_norm_backward(x, x, weight, gate, index, rstd, 1e-5, True, True, True, False)
         self.assertEqual([tuple(g.shape) for g in grads], [(2, S, H), (H,), (3 * T, H), (0,)])
+        scale = rows[:, 4 * H:5 * H]
+        h, out, rstd = ops.gate_residual_rms_norm(x, gate, index, x, weight, 1e-5, rows[:, 3 * H:4 * H], scale, True)
+        self.assertEqual([(t.shape, t.stride(), t.dtype) for t in (h, out, rstd)],
+                         [(x.shape, x.stride(), x.dtype)] * 2 + [((2, S), (S, 1), torch.float32)])
+        self.assertEqual(ops.gate_residual_rms_norm(x, gate, index, x, None, 1e-5, None, None, False)[2].numel(), 0)
+        grads = ops.gate_residual_rms_norm_backward(x, x, h, x, gate, index, weight, scale, rstd, 1e-5, True, True,
+                                                    True, True, False)
+        self.assertEqual([(tuple(g.shape), g.dtype) for g in grads],
+                         [((2, S, H), torch.bfloat16)] * 2 + [((3 * T, H), torch.bfloat16), ((H,), torch.bfloat16),
+                                                              ((3 * T, H), torch.bfloat16), ((0,), torch.bfloat16)])
+        self.assertEqual(grads[2].stride(), (H, 1))
+        grads = ops.gate_residual_rms_norm_backward(x, None, h, x, gate, index, None, None, rstd, 1e-5, False, False,
+                                                    False, False, False)  # d_residual is always computed
+        self.assertEqual([tuple(g.shape) for g in grads], [(2, S, H)] + [(0,)] * 5)
         six = ops.adaln_row_gather(rows, index, index)
         self.assertEqual((six.shape, six.dtype), ((6, S, H), torch.bfloat16))
         d_rows = ops.adaln_row_gather_backward(six, index, index, 3 * T, torch.float32)
@@ -138,6 +183,55 @@ class Operators(unittest.TestCase):
         exactjit.timestep_mlp(features, w1, None, w2, None).sum().backward()
         self.assertEqual((w1.grad.shape, w2.grad.shape), (w1.shape, w2.shape))
 
+    def test_gate_residual_rms_norm_gradients_reach_every_input(self):
+        x, attn, ff = (torch.randn(2, S, H, device=META, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        weight = torch.randn(H, device=META, dtype=torch.bfloat16, requires_grad=True)
+        tab = table(grad=True)
+        index = torch.zeros(S, device=META, dtype=torch.int64)
+        out = fused_chain(x, tab, weight, index, attn, ff)
+        out.sum().backward()
+        for name, tensor in (("x", x), ("attn", attn), ("ff", ff), ("weight", weight), ("table", tab)):
+            self.assertIsNotNone(tensor.grad, name)
+            self.assertEqual((tensor.grad.shape, tensor.grad.dtype), (tensor.shape, tensor.dtype), name)
+
+    def test_gate_residual_rms_norm_backward_computes_what_is_needed(self):
+        """needs_input_grad picks the gradients; an output nothing used is a NULL grad_h, or (out unused)
+        gate_residual's backward alone."""
+        index = torch.zeros(S, device=META, dtype=torch.int64)
+
+        def backward(need, use=("h", "out"), weighted=True):
+            x, y = (torch.randn(2, S, H, device=META, dtype=torch.bfloat16, requires_grad=k in need) for k in "xy")
+            weight = torch.randn(H, device=META, dtype=torch.bfloat16, requires_grad="weight" in need)
+            rows = table(grad="table" in need).view(3 * T, 6 * H)
+            gate, shift, scale = (rows[:, c * H:(c + 1) * H] for c in (2, 3, 4))
+            with ExactjitCalls() as mode:
+                h, out = exactjit.gate_residual_rms_norm(x, gate, index, y, weight if weighted else None, 1e-5,
+                                                         shift=shift, scale=scale)
+                used = [t for k, t in (("h", h), ("out", out)) if k in use]
+                torch.autograd.backward(used, [torch.ones_like(t) for t in used])
+            return [(name, args) for name, args in mode.calls if name.endswith("_backward")]
+
+        cases = [  # (inputs requiring grad, need_d_y, need_d_gate, need_d_weight, need_d_shift, need_d_scale)
+            (("x",), False, False, False, False, False),
+            (("y",), True, False, False, False, False),
+            (("weight",), False, False, True, False, False),
+            (("table",), False, True, False, True, True),
+            (("x", "y", "weight", "table"), True, True, True, True, True),
+        ]
+        for need, *flags in cases:
+            with self.subTest(need=need):
+                (name, args), = backward(need)
+                self.assertEqual(name, "gate_residual_rms_norm_backward")
+                self.assertEqual(list(args[10:]), flags)
+                self.assertIsNotNone(args[1])  # grad_h
+        (name, args), = backward(("y", "table"), weighted=False)
+        self.assertEqual((args[6], list(args[10:])), (None, [True, True, False, True, True]))
+        (name, args), = backward(("x", "table"), use=("out",))
+        self.assertEqual((name, args[1]), ("gate_residual_rms_norm_backward", None))
+        (name, args), = backward(("y", "table"), use=("h",))
+        self.assertEqual((name, list(args[4:])), ("gate_residual_backward", [True, True]))
+        self.assertEqual(backward(("x", "weight"), use=("h",)), [])  # d_residual = grad_h, no norm gradient
+
     def test_rstd_and_pre_activation_are_not_differentiable(self):
         x = torch.randn(S, H, device=META, requires_grad=True)
         out, rstd = exactjit.rms_norm(x, None, 1e-5, return_rstd=True)
@@ -174,6 +268,18 @@ class Operators(unittest.TestCase):
         self.assertIn("exactjit.gate_residual_backward.default", backward)
         self.assertIn("exactjit.rms_norm_backward.default", backward)
 
+        graphs.clear()
+        torch._dynamo.reset()
+        attn, ff = (torch.randn(1, S, H, device=META, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+        explanation = torch._dynamo.explain(fused_chain)(x, tab, weight, index, attn, ff)
+        self.assertEqual((explanation.graph_count, explanation.graph_break_count), (1, 0))
+        compiled = torch.compile(fused_chain, backend=backend, fullgraph=True)
+        compiled(x, tab, weight, index, attn, ff).sum().backward()
+        self.assertEqual(len(graphs), 2, "one forward and one backward graph")
+        forward, backward = graphs
+        self.assertIn("exactjit.gate_residual_rms_norm.default", forward)
+        self.assertIn("exactjit.gate_residual_rms_norm_backward.default", backward)
+
     def test_opcheck_on_meta_checks_schema_fake_and_autograd_registration(self):
         # On the GPU machine opcheck runs the real kernels too; here the meta kernels stand in.
         x = torch.randn(1, S, H, device=META, dtype=torch.bfloat16, requires_grad=True)
@@ -182,6 +288,10 @@ class Operators(unittest.TestCase):
         torch.library.opcheck(torch.ops.exactjit.gate_residual.default, (x, rows[:, 2 * H:3 * H], index, x))
         torch.library.opcheck(torch.ops.exactjit.rms_norm.default,
                               (x, None, 1e-5, rows[:, :H], rows[:, H:2 * H], index, True))
+        weight = torch.randn(H, device=META, dtype=torch.bfloat16, requires_grad=True)
+        torch.library.opcheck(torch.ops.exactjit.gate_residual_rms_norm.default,
+                              (x, rows[:, 2 * H:3 * H], index, x, weight, 1e-5, rows[:, 3 * H:4 * H],
+                               rows[:, 4 * H:5 * H], True))
         out = torch.empty(1, S, H, device=META, dtype=torch.bfloat16)
         torch.library.opcheck(torch.ops.exactjit.gate_residual_out.default,
                               (x.detach(), rows[:, 2 * H:3 * H], index, x.detach(), out))
@@ -200,11 +310,21 @@ class Operators(unittest.TestCase):
         with self.assertRaises(exactjit.InvalidArgumentError) as caught:
             exactjit.runtime().gate_residual(x, tab[:, :H], index, x)
         self.assertIn("not differentiable", str(caught.exception))
+        with self.assertRaises(exactjit.InvalidArgumentError) as caught:
+            exactjit.runtime().gate_residual_rms_norm(x, tab[:, :H], index, x, None, 1e-5)
+        self.assertIn("not differentiable", str(caught.exception))
+        with self.assertRaises(exactjit.InvalidArgumentError) as caught:
+            exactjit.gate_residual_rms_norm(x, tab[:, :H], index, x, "weight", 1e-5)
+        self.assertIn("weight", str(caught.exception))
         # CPU tensors reach the library through the operator, which names the op and the rule.
         with torch.no_grad():
             with self.assertRaises(exactjit.InvalidArgumentError) as caught:
                 exactjit.gate_residual(x, tab[:, :H], index, x)
-        self.assertIn("gate_residual", str(caught.exception))
+            self.assertIn("gate_residual", str(caught.exception))
+            with self.assertRaises(exactjit.InvalidArgumentError) as caught:
+                exactjit.gate_residual_rms_norm(x, tab[:, :H], index, x, None, 1e-5, shift=tab[:, H:2 * H],
+                                                scale=tab[:, 2 * H:3 * H])
+            self.assertIn("gate_residual_rms_norm", str(caught.exception))
 
     def test_import_registers_the_operators_only_with_torch_loaded(self):
         self.assertIn("exactjit._ops", sys.modules)  # torch was imported first, so import exactjit registered

@@ -10,8 +10,9 @@ state_dict and module hooks are untouched, and the patched forwards still call a
 and norm_out.linear as modules, so their own hooks and patches keep working. What is swapped:
 
   * time_proj: get_timestep_embedding -> exactjit.timestep_sinusoid;
-  * every block: norm1 and its AdaLN modulation, norm2 and its modulation -> one exactjit.rms_norm
-    each; both gated residuals -> exactjit.gate_residual;
+  * every block: norm1 and its AdaLN modulation -> one exactjit.rms_norm; the first gated residual
+    and norm2 with its modulation, which it feeds -> one exactjit.gate_residual_rms_norm; the second
+    gated residual -> exactjit.gate_residual;
   * norm_out: its norm and modulation -> one exactjit.rms_norm;
   * qk_norm=True: norm_q and norm_k of every attention (blocks and token refiner) -> exactjit.rms_norm;
   * refiner_norms=True: the token refiner's norm1, norm2 and final_norm -> exactjit.rms_norm;
@@ -121,21 +122,42 @@ def _det_fits(temb, weight, dtype):
 # ---------------------------------------------------------------------------------------------
 # The swapped ops, each with the original expression as its fallback.
 
+def _modulated_norm_fits(norm, x, shift, scale, index):
+    return (_norm_fits(norm, x) and _table_fits(shift, x) and _table_fits(scale, x) and shift.shape == scale.shape
+            and shift.stride() == scale.stride() and _index_fits(index, x))
+
+
+def _gated_residual_fits(residual, gate, index, y):
+    return (_rows_fit(residual, residual.shape[-1]) and residual.dim() <= 3 and y.shape == residual.shape
+            and _like(y, residual) and y.is_contiguous() and _table_fits(gate, residual)
+            and _index_fits(index, residual))
+
+
 def _modulated_norm(norm, x, shift, scale, index):
     """norm(x) * (1 + scale[index]) + shift[index], as the blocks and norm_out write it."""
-    if (_norm_fits(norm, x) and _table_fits(shift, x) and _table_fits(scale, x) and shift.shape == scale.shape
-            and shift.stride() == scale.stride() and _index_fits(index, x)):
+    if _modulated_norm_fits(norm, x, shift, scale, index):
         return _xj.rms_norm(x, norm.weight, norm.eps, shift=shift, scale=scale, index=index)
     return norm(x) * (1.0 + scale.index_select(0, index)) + shift.index_select(0, index)
 
 
 def _gated_residual(residual, gate, index, y):
     """residual + gate[index] * y, as the blocks write it."""
-    if (_rows_fit(residual, residual.shape[-1]) and residual.dim() <= 3 and y.shape == residual.shape
-            and _like(y, residual) and y.is_contiguous() and _table_fits(gate, residual)
-            and _index_fits(index, residual)):
+    if _gated_residual_fits(residual, gate, index, y):
         return _xj.gate_residual(residual, gate, index, y)
     return residual + gate.index_select(0, index) * y
+
+
+def _gated_residual_norm(residual, gate, index, y, norm, shift, scale):
+    """(h, _modulated_norm(norm, h, shift, scale, index)) for h = _gated_residual(residual, gate, index, y),
+    in one kernel where both would take theirs and the gate shares shift's rows and row stride.
+
+    NOTE: residual stands in for h in the norm's checks: h would be a new tensor of its shape, dtype
+    and device, contiguous and at offset 0, which the gated residual's checks already ask of residual."""
+    if (_gated_residual_fits(residual, gate, index, y) and _modulated_norm_fits(norm, residual, shift, scale, index)
+            and gate.shape == shift.shape and gate.stride() == shift.stride()):
+        return _xj.gate_residual_rms_norm(residual, gate, index, y, norm.weight, norm.eps, shift=shift, scale=scale)
+    h = _gated_residual(residual, gate, index, y)
+    return h, _modulated_norm(norm, h, shift, scale, index)
 
 
 def _parameter_dtype(module):
@@ -163,10 +185,10 @@ def _block_forward(self, hidden_states, temb, adaln_indices, rotary_emb, attenti
     residual = hidden_states
     norm_hidden_states = _modulated_norm(self.norm1, hidden_states, shift_msa, scale_msa, adaln_indices)
     attn_output = self.attn(norm_hidden_states, rotary_emb, attention_mask)
-    hidden_states = _gated_residual(residual, gate_msa, adaln_indices, attn_output)
+    hidden_states, norm_hidden_states = _gated_residual_norm(residual, gate_msa, adaln_indices, attn_output,
+                                                             self.norm2, shift_mlp, scale_mlp)
 
     residual = hidden_states
-    norm_hidden_states = _modulated_norm(self.norm2, hidden_states, shift_mlp, scale_mlp, adaln_indices)
     ff_output = self.ff(norm_hidden_states)
     return _gated_residual(residual, gate_mlp, adaln_indices, ff_output)
 
@@ -295,7 +317,8 @@ class _Plan:
         self.check_class(path, block, self.h3.MiniMaxH3TransformerBlock)
         for name in ("norm1", "norm2"):
             self.check_rms_norm(_sub(path, name), getattr(block, name))
-            self.check_fused_away(_sub(path, name), getattr(block, name), "the modulated exactjit.rms_norm")
+            into = "the modulated exactjit.rms_norm" if name == "norm1" else "exactjit.gate_residual_rms_norm"
+            self.check_fused_away(_sub(path, name), getattr(block, name), into)
         self.add(path, block, _block_forward)
         if self.options["qk_norm"]:
             self.attention(_sub(path, "attn"), block.attn)

@@ -1,0 +1,263 @@
+// exactjit op gate_residual_rms_norm: validate (as gate_residual into h, then rms_norm of h, then
+// what only the fused call adds), spec, parameters; its backward's sequence; its rows.
+#include "kernels/gate_residual_rms_norm.hpp"
+
+#include "codegen/render.hpp"
+#include "kernels/backward_check.hpp"
+#include "kernels/gate_residual.hpp"
+#include "kernels/gate_residual_backward.hpp"
+#include "kernels/op_rules.hpp"
+#include "kernels/rms_norm.hpp"
+#include "kernels/rms_norm_backward.hpp"
+#include "kernels/segment_plan.hpp"
+#include "kernels/tensor_check.hpp"
+#include "runtime/errors.hpp"
+
+#include <fmt/format.h>
+#include <llvm/ADT/SmallVector.h>
+
+#include <algorithm>
+#include <string>
+
+namespace exactjit {
+namespace {
+constexpr std::string_view kOp = "gate_residual_rms_norm";
+constexpr std::string_view kBackwardOp = "gate_residual_rms_norm_backward";
+ArgName arg(std::string_view name) { return {kOp, name}; }
+
+// The two parts are validated by gate_residual's and rms_norm's own planners, so each rule is
+// written once; their messages are restated in this op's terms: gate_residual's out and
+// rms_norm's x are h here.
+llvm::Error in_terms_of(std::string_view op, llvm::Error error) {
+  ErrorReport report = take_error(std::move(error));
+  std::string& m = report.message;
+  for (const auto& [from, to] : {std::pair{"gate_residual: out", "h"}, {"rms_norm: x", "h"},
+                                 {"gate_residual_backward: grad", "d_residual"}, {"rms_norm_backward: grad", "grad_out"},
+                                 {"rms_norm_backward: x", "h"}, {"rms_norm_backward: dx", "d_residual"},
+                                 {"rms_norm_backward: dweight", "d_weight"}, {"rms_norm_backward: dshift", "d_shift"},
+                                 {"rms_norm_backward: dscale", "d_scale"}})
+    if (m.rfind(from, 0) == 0) m = fmt::format("{}: {}{}", op, to, m.substr(std::string_view(from).size()));
+  for (std::string_view part : {"gate_residual_backward: ", "rms_norm_backward: ", "gate_residual: ", "rms_norm: "})
+    if (m.rfind(part, 0) == 0) m = fmt::format("{}: {}", op, m.substr(part.size()));
+  for (size_t at = m.find("x's"); at != std::string::npos; at = m.find("x's", at)) m.replace(at, 3, "h's");
+  return make_error(report.code, std::move(m));
+}
+
+KernelSpec forward_spec(DType dtype, IndexType index, int64_t hidden, int64_t table_stride, bool weighted,
+                        bool modulated) {
+  KernelSpec spec = make_spec(Op::GateResidualRmsNorm, dtype, index, hidden, table_stride, 4, weighted);
+  spec.modulated = modulated;
+  return spec;
+}
+
+llvm::Error require_quads(const ArgName& name, const DLTensor& t, DType dtype) {
+  const size_t quad = 4 * dtype_size(dtype);
+  if (data_address(t) % quad != 0)
+    return invalid(name, fmt::format("must be aligned to 4 elements ({} bytes)", quad));
+  return llvm::Error::success();
+}
+}  // namespace
+
+llvm::Expected<LaunchPlan> plan_gate_residual_rms_norm(const GateResidualRmsNormArgs& a) {
+  auto gated = plan_gate_residual({a.residual, a.gate, a.index, a.y, a.h});
+  if (!gated) return in_terms_of(kOp, gated.takeError());
+  const bool modulated = a.shift || a.scale;
+  auto norm = plan_rms_norm({a.h, a.weight, a.shift, a.scale, modulated ? &a.index : nullptr, a.out, a.rstd, a.eps});
+  if (!norm) return in_terms_of(kOp, norm.takeError());
+
+  // What neither part sees: the kernel reads residual, y and the gate by quads, the modulation
+  // shares the gate's rows, and no output overlaps an input of the other part.
+  const DType dtype = gated->spec.dtype;
+  const int64_t table_stride = gated->spec.table_stride;
+  for (const auto& [name, tensor] : {std::pair{"residual", &a.residual}, {"y", &a.y}, {"gate", &a.gate}})
+    if (auto err = require_quads(arg(name), *tensor, dtype)) return err;
+  if (table_stride % 4 != 0)
+    return invalid(arg("gate"), fmt::format("row stride must be a multiple of 4 (got {})", table_stride));
+  if (modulated) {
+    if (a.shift->shape[0] != a.gate.shape[0] || norm->spec.table_stride != table_stride)
+      return invalid(arg("shift"), fmt::format("must have the gate's {} rows and row stride {} (got {} rows, stride {})",
+                                               a.gate.shape[0], table_stride, a.shift->shape[0],
+                                               norm->spec.table_stride));
+  }
+  llvm::SmallVector<NamedTensor, 10> tensors = {
+      {"residual", &a.residual}, {"gate", &a.gate}, {"index", &a.index}, {"y", &a.y}, {"h", &a.h}, {"out", &a.out}};
+  for (const auto& [name, t] : {std::pair{"weight", a.weight}, {"shift", a.shift}, {"scale", a.scale}, {"rstd", a.rstd}})
+    if (t) tensors.push_back({name, t});
+  // h may be residual itself (in place), as gate_residual's out may.
+  for (const auto& [name, t] : tensors) {
+    if (name == "h" || name == "residual") continue;
+    if (overlaps(a.h, *t)) return invalid(arg("h"), fmt::format("must not overlap {}", name));
+  }
+  for (const auto& [name, t] : tensors) {
+    if (name == "out") continue;
+    if (overlaps(a.out, *t)) return invalid(arg("out"), fmt::format("must not overlap {}", name));
+    if (a.rstd && name != "rstd" && overlaps(*a.rstd, *t))
+      return invalid(arg("rstd"), fmt::format("must not overlap {}", name));
+  }
+
+  LaunchPlan plan;
+  plan.spec = forward_spec(dtype, gated->spec.index, gated->spec.hidden, table_stride, a.weight != nullptr, modulated);
+  plan.device_id = gated->device_id;
+  plan.grid = norm->grid;
+  plan.threads = norm->threads;
+  const int64_t rows = element_count(a.residual) / gated->spec.hidden;
+  for (uint64_t v : {data_address(a.residual), data_address(a.gate), data_address(a.index), data_address(a.y),
+                     a.weight ? data_address(*a.weight) : 0, modulated ? data_address(*a.shift) : 0,
+                     modulated ? data_address(*a.scale) : 0, data_address(a.h), data_address(a.out),
+                     a.rstd ? data_address(*a.rstd) : 0, static_cast<uint64_t>(rows),
+                     static_cast<uint64_t>(a.index.shape[0]), static_cast<uint64_t>(a.gate.shape[0])})
+    plan.push(v);
+  plan.push_float(static_cast<float>(a.eps));
+  return plan;
+}
+
+int64_t gate_residual_rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden,
+                                                  bool weighted, bool modulated) {
+  const int64_t norm = rms_norm_backward_workspace(rows, seq, modulated ? table_rows : 0, hidden, weighted);
+  const int64_t gated = gate_residual_backward_workspace(rows, seq, table_rows, hidden);
+  if (norm < 0 || gated < 0) return -1;
+  return (align_workspace(CheckedSize(norm)) + gated).value_or(-1);
+}
+
+llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateResidualRmsNormBackwardArgs& a) {
+  const ArgName workspace_name{kBackwardOp, "workspace"};
+  const bool modulated = a.scale != nullptr;
+  const bool weighted = a.weight != nullptr;
+  llvm::SmallVector<NamedTensor, 17> tensors = {{"grad_out", &a.grad_out}, {"h", &a.h},           {"y", &a.y},
+                                                {"gate", &a.gate},         {"index", &a.index},   {"rstd", &a.rstd},
+                                                {"d_residual", &a.d_residual}};
+  for (const auto& [name, t] : {std::pair{"grad_h", a.grad_h}, {"weight", a.weight}, {"scale", a.scale},
+                                {"d_y", a.d_y}, {"d_gate", a.d_gate}, {"d_weight", a.d_weight}, {"d_shift", a.d_shift},
+                                {"d_scale", a.d_scale}, {"workspace", a.workspace}})
+    if (t) tensors.push_back({name, t});
+  // The device first: the workspace's own rules (alignment) mean nothing for a host tensor.
+  if (auto err = require_cuda_on_one_device(kBackwardOp, tensors)) return err;
+  if (a.h.ndim < 1 || a.gate.ndim != 2 || a.index.ndim != 1)
+    return invalid({kBackwardOp, "h"}, "h, gate and index must be the forward's (..., H), (R, H) and (S,)");
+  const int64_t hidden = a.h.shape[a.h.ndim - 1];
+  const int64_t rows = hidden > 0 ? element_count(a.h) / hidden : 0;
+  const int64_t bytes = gate_residual_rms_norm_backward_workspace(rows, a.index.shape[0], a.gate.shape[0], hidden,
+                                                                  weighted, modulated);
+  const bool gate_part = a.d_y || a.d_gate;
+  const bool norm_workspace = a.d_weight || a.d_shift || a.d_scale;
+  // Invalid shapes (bytes < 0) are left to the parts' planners, which name the rule.
+  const bool needs_workspace = gate_part || norm_workspace;
+  if (needs_workspace && bytes >= 0)
+    if (auto err = require_workspace(workspace_name, a.workspace, bytes)) return err;
+  // The two parts' workspaces: rms_norm's first, gate_residual's at the next 256-byte boundary.
+  const int64_t norm_bytes = std::max<int64_t>(
+      0, rms_norm_backward_workspace(rows, a.index.shape[0], modulated ? a.gate.shape[0] : 0, hidden, weighted));
+  const int64_t gated_at = align_workspace(CheckedSize(norm_bytes)).value_or(0);
+  int64_t norm_shape[1] = {norm_bytes}, gated_shape[1] = {std::max<int64_t>(0, bytes - gated_at)};
+  DLTensor norm_ws{}, gated_ws{};
+  if (a.workspace) {
+    norm_ws = *a.workspace;
+    norm_ws.shape = norm_shape;
+    norm_ws.strides = nullptr;
+    gated_ws = norm_ws;
+    gated_ws.shape = gated_shape;
+    gated_ws.byte_offset += static_cast<uint64_t>(gated_at);
+  }
+
+  auto sequence = plan_rms_norm_backward({a.grad_out, a.h, a.weight, a.scale, modulated ? &a.index : nullptr, a.rstd,
+                                          a.eps, &a.d_residual, a.d_weight, a.d_shift, a.d_scale,
+                                          a.workspace ? &norm_ws : nullptr});
+  if (!sequence) return in_terms_of(kBackwardOp, sequence.takeError());
+  if (a.grad_h) {
+    if (auto err = require_like({kBackwardOp, "grad_h"}, *a.grad_h, "h", a.h)) return err;
+    auto dtype = float_dtype({kBackwardOp, "h"}, a.h);
+    if (!dtype) return dtype.takeError();
+    if (auto err = require_quads({kBackwardOp, "grad_h"}, *a.grad_h, *dtype)) return err;
+  }
+  if (gate_part) {
+    auto gated = plan_gate_residual_backward({a.d_residual, a.gate, a.index, a.y, a.d_y, a.d_gate, &gated_ws});
+    if (!gated) return in_terms_of(kBackwardOp, gated.takeError());
+    if (sequence->count + gated->count > LaunchSequence::kMaxSteps)
+      return make_error(ErrorCode::Internal, "gate_residual_rms_norm_backward: too many launches for one sequence");
+    for (int k = 0; k < gated->count; ++k) sequence->steps[sequence->count++] = gated->steps[k];
+  }
+  if (needs_workspace && bytes < 0) return invalid(workspace_name, "has no valid size for these shapes");
+  // Across the parts: no output overlaps any other argument (the workspace as one tensor).
+  if (auto err = require_disjoint_outputs(kBackwardOp, tensors,
+                                          {"d_residual", "d_y", "d_gate", "d_weight", "d_shift", "d_scale", "workspace"}))
+    return err;
+
+  // With grad_h, rms_norm's dx kernel becomes this op's: the same template adding grad_h. The
+  // plans' segment_count kernels, the first to meet a bad index, report it as this op's.
+  for (int k = 0; k < sequence->count; ++k) {
+    LaunchPlan& step = sequence->steps[k];
+    if (step.spec.op == Op::SegmentCount) step.params[kSegmentCountReportCode] = kGateResidualRmsNormBackwardRow.code;
+    if (step.spec.op != Op::RmsNormBackward || !a.grad_h) continue;
+    step.spec.op = Op::GateResidualRmsNormBackward;
+    step.params[1] = data_address(*a.grad_h);
+  }
+  return sequence;
+}
+
+namespace {
+std::vector<std::string_view> forward_templates(const KernelSpec&) {
+  return {"gate_residual_math.cuh", "quad_io.cuh", "row_sum.cuh", "gate_residual_rms_norm.cuh"};
+}
+std::string forward_constants(const KernelSpec& spec) {
+  return fmt::format(
+      "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
+      "constexpr int kDType = {dtype};  // {dtype_name}\n"
+      "constexpr int kIndexBytes = {index_bytes};  // {index_name}\n"
+      "constexpr int kHidden = {hidden};\n"
+      "constexpr long long kTableStride = {table_stride};  // gate, shift and scale rows\n"
+      "constexpr bool kModulated = {modulated};  // shift/scale gathered with the gate's index\n"
+      "constexpr bool kWeighted = {weighted};\n"
+      "constexpr int kRowsPerBlock = {rows_per_block};  // 128 threads per row\n"
+      "constexpr int kParamBatch = {param_batch};  // weight/shift/scale quads loaded together\n"
+      "constexpr int kTargetArch = {arch};\n",
+      fmt::arg("op_code", op_row(spec.op).code), fmt::arg("dtype", static_cast<int>(spec.dtype)),
+      fmt::arg("dtype_name", dtype_name(spec.dtype)), fmt::arg("index_bytes", spec.index == IndexType::I32 ? 4 : 8),
+      fmt::arg("index_name", index_type_name(spec.index)), fmt::arg("hidden", spec.hidden),
+      fmt::arg("table_stride", spec.table_stride), fmt::arg("modulated", spec.modulated ? "true" : "false"),
+      fmt::arg("weighted", spec.weighted ? "true" : "false"),
+      fmt::arg("rows_per_block", codegen::kRmsNormRowsPerBlock), fmt::arg("param_batch", codegen::kRmsNormParamBatch),
+      fmt::arg("arch", spec.target.sm));
+}
+// The forward always gathers the gate: a table stride >= H.
+std::string forward_rule(const KernelSpec& spec) {
+  if (spec.table_stride < spec.hidden) return "the gate's table stride must be >= H";
+  return rms_norm_rule(spec);
+}
+std::vector<KernelSpec> forward_family(DType dtype, int64_t hidden, int64_t table_stride) {
+  std::vector<KernelSpec> specs;
+  for (IndexType index : index_types_for(table_stride))
+    for (bool modulated : {true, false})
+      for (bool weighted : {true, false})
+        specs.push_back(forward_spec(dtype, index, hidden, table_stride, weighted, modulated));
+  return specs;
+}
+
+std::vector<std::string_view> dx_templates(const KernelSpec&) {
+  return {"quad_io.cuh", "fixed_order_sum.cuh", "row_sum.cuh", "rms_norm_backward.cuh"};
+}
+std::string dx_constants(const KernelSpec& spec) {
+  return render_backward_constants(spec) + "constexpr bool kResidualGrad = true;\n";
+}
+// As rms_norm's dx: the plain and the modulated norm, weighted or not.
+std::vector<KernelSpec> dx_family(DType dtype, int64_t hidden, int64_t table_stride) {
+  std::vector<KernelSpec> specs;
+  for (int64_t stride : {table_stride, int64_t{0}})
+    for (IndexType index : index_types_for(stride))
+      for (bool weighted : {true, false})
+        specs.push_back(make_spec(Op::GateResidualRmsNormBackward, dtype, index, hidden, stride, 4, weighted));
+  return specs;
+}
+}  // namespace
+
+const OpRow kGateResidualRmsNormRow = {
+    Op::GateResidualRmsNorm, "gate_residual_rms_norm", /*code=*/19, OpRole::Forward, "gate_residual_rms_norm",
+    SpecShape::Rows, /*describes_weight=*/true, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    forward_templates, forward_constants, forward_rule, forward_family};
+const OpRow kGateResidualRmsNormBackwardRow = {
+    Op::GateResidualRmsNormBackward, "gate_residual_rms_norm_backward", /*code=*/20, OpRole::Backward,
+    "gate_residual_rms_norm", SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128,
+    /*row_unroll=*/1, {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    dx_templates, dx_constants, rms_norm_rule, dx_family};
+
+}  // namespace exactjit

@@ -1,0 +1,132 @@
+// gate_residual_rms_norm forward (NUMERICS.md): the gated residual feeding the next RMSNorm, in one
+// pass over residual and y. Per row r, with i = index[r mod S]:
+//   h = rT(add(residual, rT(mul(gate[i], y))))         (gate_residual_math.cuh), stored
+//   out = rms_norm(h) [modulated by shift[i], scale[i]] (rms_norm.cuh's steps 1-5 on h)
+// so h and out are bitwise equal to eager's `residual + gate.index_select(0, idx) * y` and its
+// RMSNorm (+ modulation, kModulated). The gate, shift and scale rows share one index and one row
+// stride.
+//
+// Geometry: rms_norm's: each row has its own 128 threads (kRowsPerBlock rows per block); a thread
+// loads its residual and y quads, then forms h quad by quad with the gate's (an L1/L2 hit) in the
+// registers rms_norm keeps x in, stores it and sums its squares in PyTorch's order. (The modulation is a spec constant, not a run-time flag:
+// compiling both paths took 100 registers instead of 64.)
+namespace gate_residual_rms_norm {
+
+typedef xj::StorageOf<spec::kDType>::type T;
+typedef xj::IndexOf<spec::kIndexBytes>::type Index;
+typedef xj::Quad<T> Quad;
+
+constexpr int kRowThreads = 128;
+constexpr int kWarps = kRowThreads / 32;
+constexpr int kQuads = spec::kHidden / 4;
+constexpr int kQuadsPerThread = (kQuads + kRowThreads - 1) / kRowThreads;
+constexpr int kThreads = kRowThreads * spec::kRowsPerBlock;
+constexpr int kBatch = spec::kParamBatch < kQuadsPerThread ? spec::kParamBatch : kQuadsPerThread;
+
+static_assert(spec::kHidden % 4 == 0, "PyTorch's vectorized RMSNorm path needs H % 4 == 0");
+static_assert(spec::kTableStride >= spec::kHidden && spec::kTableStride % 4 == 0,
+              "table rows must not overlap and must start on a quad");
+
+__device__ __forceinline__ bool in_row(int v) { return kQuads % kRowThreads == 0 || v < kQuads; }
+
+}  // namespace gate_residual_rms_norm
+
+extern "C" __global__ void __launch_bounds__(gate_residual_rms_norm::kThreads)
+XJ_ENTRY(const gate_residual_rms_norm::T* __restrict__ residual, const gate_residual_rms_norm::T* __restrict__ gate,
+         const gate_residual_rms_norm::Index* __restrict__ index, const gate_residual_rms_norm::T* __restrict__ y,
+         const gate_residual_rms_norm::T* __restrict__ weight, const gate_residual_rms_norm::T* __restrict__ shift,
+         const gate_residual_rms_norm::T* __restrict__ scale, gate_residual_rms_norm::T* h,
+         gate_residual_rms_norm::T* __restrict__ out, float* __restrict__ rstd_out, long long rows, long long seq,
+         long long table_rows, float eps, xj::ErrorRecord* errors) {
+  using namespace gate_residual_rms_norm;
+  __shared__ float warp_sums[spec::kRowsPerBlock][kWarps];
+  const int group = threadIdx.x / kRowThreads;
+  const int t = threadIdx.x % kRowThreads;
+  const long long row = (long long)blockIdx.x * spec::kRowsPerBlock + group;
+  bool live = row < rows;
+  long long i = 0;
+  if (live) {
+    i = xj::checked_index(index, row % seq, table_rows, errors, spec::kOpCode, t == 0);
+    live = i >= 0;
+    if (!live) i = 0;
+  }
+
+  // 1. The row's residual, y and gate quads, then h = residual + gate * y into the registers,
+  //    stored, and its sum of squares in PyTorch's order.
+  const long long base = row * spec::kHidden;
+  const T* gate_row = gate + i * spec::kTableStride;
+  Quad quads[kQuadsPerThread], ys[kQuadsPerThread];
+#pragma unroll
+  for (int k = 0; k < kQuadsPerThread; ++k) {
+    const int v = t + k * kRowThreads;
+    if (live && in_row(v)) {
+      xj::load_quad(quads[k], residual + base + 4 * v);
+      xj::load_quad(ys[k], y + base + 4 * v);
+    }
+  }
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kQuadsPerThread; ++k) {
+    const int v = t + k * kRowThreads;
+    if (live && in_row(v)) {
+      Quad g;  // an L1/L2 hit: every row of a table row shares it
+      xj::load_quad(g, gate_row + 4 * v);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) quads[k].v[e] = xj::gate_residual_element(quads[k].v[e], g.v[e], ys[k].v[e]);
+      xj::store_quad(h + base + 4 * v, quads[k]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float hv = xj::to_float(quads[k].v[e]);
+        s = fmaf(hv, hv, s);
+      }
+    }
+  }
+  // 2. Within each warp, 3. across warps (row_sum.cuh).
+  const float total = xj::row_sum_128(s, warp_sums[group]);
+  if (!live) return;
+  // 4. Mean square and the reciprocal square root.
+  const float ms = __fdiv_rn(total, (float)spec::kHidden);
+  const float rstd = rsqrtf(xj::add(ms, eps));
+  if (rstd_out && t == 0) rstd_out[row] = rstd;
+
+  // 5. Normalise (and modulate) from the registers, kBatch quads at a time.
+  const T* shift_row = shift + i * spec::kTableStride;
+  const T* scale_row = scale + i * spec::kTableStride;
+  T* out_row = out + base;
+#pragma unroll
+  for (int k0 = 0; k0 < kQuadsPerThread; k0 += kBatch) {
+    Quad wq[kBatch], shq[kBatch], scq[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int v = t + (k0 + j) * kRowThreads;
+      if (k0 + j < kQuadsPerThread && in_row(v)) {
+        if (spec::kWeighted) xj::load_quad(wq[j], weight + 4 * v);
+        if (spec::kModulated) {
+          xj::load_quad(shq[j], shift_row + 4 * v);
+          xj::load_quad(scq[j], scale_row + 4 * v);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int k = k0 + j;
+      const int v = t + k * kRowThreads;
+      if (k < kQuadsPerThread && in_row(v)) {
+        Quad result;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float n = xj::mul(rstd, xj::to_float(quads[k].v[e]));
+          if (spec::kWeighted) n = xj::mul(xj::to_float(wq[j].v[e]), n);
+          T rounded = xj::round_to<T>(n);
+          if (spec::kModulated) {
+            const float one_plus_scale = xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(scq[j].v[e]))));
+            const float scaled = xj::to_float(xj::round_to<T>(xj::mul(xj::to_float(rounded), one_plus_scale)));
+            rounded = xj::round_to<T>(xj::add(scaled, xj::to_float(shq[j].v[e])));
+          }
+          result.v[e] = rounded;
+        }
+        xj::store_quad(out_row + 4 * v, result);
+      }
+    }
+  }
+}

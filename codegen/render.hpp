@@ -30,6 +30,9 @@ std::string render_row_constants(const KernelSpec& spec);
 inline constexpr int kRmsNormRowsPerBlock = 1;
 inline constexpr int kRmsNormParamBatch = 12;
 std::string render_rms_norm_constants(const KernelSpec& spec);
+/// The same block for a kernel that normalises rows it forms itself (gate_residual_rms_norm),
+/// whose modulation is spec.modulated and whose table stride is the gate's.
+std::string render_row_norm_constants(const KernelSpec& spec);
 
 /// timestep_sinusoid: the channel count is its only specialisation.
 std::string render_sinusoid_constants(const KernelSpec& spec);

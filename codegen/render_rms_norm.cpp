@@ -7,7 +7,8 @@
 
 namespace exactjit::codegen {
 
-std::string render_rms_norm_constants(const KernelSpec& spec) {
+namespace {
+std::string norm_constants(const KernelSpec& spec, bool modulated) {
   return fmt::format(
       "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
       "constexpr int kDType = {dtype};  // {dtype_name}\n"
@@ -22,10 +23,15 @@ std::string render_rms_norm_constants(const KernelSpec& spec) {
       fmt::arg("op_code", op_row(spec.op).code), fmt::arg("dtype", static_cast<int>(spec.dtype)),
       fmt::arg("dtype_name", dtype_name(spec.dtype)), fmt::arg("index_bytes", spec.index == IndexType::I32 ? 4 : 8),
       fmt::arg("index_name", index_type_name(spec.index)), fmt::arg("hidden", spec.hidden),
-      fmt::arg("modulated", spec.table_stride > 0 ? "true" : "false"), fmt::arg("table_stride", spec.table_stride),
+      fmt::arg("modulated", modulated ? "true" : "false"), fmt::arg("table_stride", spec.table_stride),
       fmt::arg("weighted", spec.weighted ? "true" : "false"), fmt::arg("rows_per_block", kRmsNormRowsPerBlock),
       fmt::arg("param_batch", kRmsNormParamBatch),
       fmt::arg("arch", spec.target.sm));
 }
+}  // namespace
+
+std::string render_rms_norm_constants(const KernelSpec& spec) { return norm_constants(spec, spec.table_stride > 0); }
+
+std::string render_row_norm_constants(const KernelSpec& spec) { return norm_constants(spec, spec.modulated); }
 
 }  // namespace exactjit::codegen

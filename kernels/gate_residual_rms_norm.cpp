@@ -196,27 +196,7 @@ llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateRe
 
 namespace {
 std::vector<std::string_view> forward_templates(const KernelSpec&) {
-  return {"gate_residual_math.cuh", "quad_io.cuh", "row_sum.cuh", "gate_residual_rms_norm.cuh"};
-}
-std::string forward_constants(const KernelSpec& spec) {
-  return fmt::format(
-      "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
-      "constexpr int kDType = {dtype};  // {dtype_name}\n"
-      "constexpr int kIndexBytes = {index_bytes};  // {index_name}\n"
-      "constexpr int kHidden = {hidden};\n"
-      "constexpr long long kTableStride = {table_stride};  // gate, shift and scale rows\n"
-      "constexpr bool kModulated = {modulated};  // shift/scale gathered with the gate's index\n"
-      "constexpr bool kWeighted = {weighted};\n"
-      "constexpr int kRowsPerBlock = {rows_per_block};  // 128 threads per row\n"
-      "constexpr int kParamBatch = {param_batch};  // weight/shift/scale quads loaded together\n"
-      "constexpr int kTargetArch = {arch};\n",
-      fmt::arg("op_code", op_row(spec.op).code), fmt::arg("dtype", static_cast<int>(spec.dtype)),
-      fmt::arg("dtype_name", dtype_name(spec.dtype)), fmt::arg("index_bytes", spec.index == IndexType::I32 ? 4 : 8),
-      fmt::arg("index_name", index_type_name(spec.index)), fmt::arg("hidden", spec.hidden),
-      fmt::arg("table_stride", spec.table_stride), fmt::arg("modulated", spec.modulated ? "true" : "false"),
-      fmt::arg("weighted", spec.weighted ? "true" : "false"),
-      fmt::arg("rows_per_block", codegen::kRmsNormRowsPerBlock), fmt::arg("param_batch", codegen::kRmsNormParamBatch),
-      fmt::arg("arch", spec.target.sm));
+  return {"gate_residual_math.cuh", "quad_io.cuh", "row_sum.cuh", "rms_norm_output.cuh", "gate_residual_rms_norm.cuh"};
 }
 // The forward always gathers the gate: a table stride >= H.
 std::string forward_rule(const KernelSpec& spec) {
@@ -232,12 +212,7 @@ std::vector<KernelSpec> forward_family(DType dtype, int64_t hidden, int64_t tabl
   return specs;
 }
 
-std::vector<std::string_view> dx_templates(const KernelSpec&) {
-  return {"quad_io.cuh", "fixed_order_sum.cuh", "row_sum.cuh", "rms_norm_backward.cuh"};
-}
-std::string dx_constants(const KernelSpec& spec) {
-  return render_backward_constants(spec) + "constexpr bool kResidualGrad = true;\n";
-}
+std::string dx_constants(const KernelSpec& spec) { return rms_norm_dx_constants(spec, true); }
 // As rms_norm's dx: the plain and the modulated norm, weighted or not.
 std::vector<KernelSpec> dx_family(DType dtype, int64_t hidden, int64_t table_stride) {
   std::vector<KernelSpec> specs;
@@ -253,11 +228,11 @@ const OpRow kGateResidualRmsNormRow = {
     Op::GateResidualRmsNorm, "gate_residual_rms_norm", /*code=*/19, OpRole::Forward, "gate_residual_rms_norm",
     SpecShape::Rows, /*describes_weight=*/true, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    forward_templates, forward_constants, forward_rule, forward_family};
+    forward_templates, codegen::render_row_norm_constants, forward_rule, forward_family};
 const OpRow kGateResidualRmsNormBackwardRow = {
     Op::GateResidualRmsNormBackward, "gate_residual_rms_norm_backward", /*code=*/20, OpRole::Backward,
     "gate_residual_rms_norm", SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128,
     /*row_unroll=*/1, {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    dx_templates, dx_constants, rms_norm_rule, dx_family};
+    rms_norm_dx_templates, dx_constants, rms_norm_rule, dx_family};
 
 }  // namespace exactjit

@@ -191,17 +191,20 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
   return sequence;
 }
 
-namespace {
-std::vector<std::string_view> dx_templates(const KernelSpec&) {
+std::vector<std::string_view> rms_norm_dx_templates(const KernelSpec&) {
   return {"quad_io.cuh", "fixed_order_sum.cuh", "row_sum.cuh", "rms_norm_backward.cuh"};
 }
+
+std::string rms_norm_dx_constants(const KernelSpec& spec, bool residual_grad) {
+  return render_backward_constants(spec) + fmt::format("constexpr bool kResidualGrad = {};\n", residual_grad);
+}
+
+namespace {
 std::vector<std::string_view> param_grad_templates(const KernelSpec&) {
   return {"quad_io.cuh", "fixed_order_sum.cuh", "segment_tiles.cuh", "rms_norm_param_grad.cuh"};
 }
 // dx, of the norm alone (gate_residual_rms_norm's backward adds the residual gradient).
-std::string dx_constants(const KernelSpec& spec) {
-  return render_backward_constants(spec) + "constexpr bool kResidualGrad = false;\n";
-}
+std::string dx_constants(const KernelSpec& spec) { return rms_norm_dx_constants(spec, false); }
 // dx: both index types where modulated, weighted and unweighted.
 std::vector<KernelSpec> dx_family(DType dtype, int64_t hidden, int64_t table_stride) {
   std::vector<KernelSpec> specs;
@@ -227,7 +230,7 @@ const OpRow kRmsNormBackwardRow = {
     Op::RmsNormBackward, "rms_norm_backward", /*code=*/8, OpRole::Backward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    dx_templates, dx_constants, rms_norm_rule, dx_family};
+    rms_norm_dx_templates, dx_constants, rms_norm_rule, dx_family};
 // The parameter tiles keep row_unroll 4: 16 cost more at large S (160 registers, fewer blocks per
 // SM) than they gained at small S (docs/perf-notes.md, backward v3).
 const OpRow kRmsNormTableGradRow = {

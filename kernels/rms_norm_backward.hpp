@@ -31,6 +31,11 @@ int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_row
 
 llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs& args);
 
+/// The dx kernel's templates and constants; with residual_grad it adds the residual stream's
+/// gradient (gate_residual_rms_norm's backward runs the same template).
+std::vector<std::string_view> rms_norm_dx_templates(const KernelSpec& spec);
+std::string rms_norm_dx_constants(const KernelSpec& spec, bool residual_grad);
+
 /// The rows of rms_norm's backward kernels: dx, the table gradients, the weight gradient.
 extern const OpRow kRmsNormBackwardRow;
 extern const OpRow kRmsNormTableGradRow;

@@ -8,8 +8,8 @@
 //
 // Geometry: rms_norm's: each row has its own 128 threads (kRowsPerBlock rows per block); a thread
 // loads its residual and y quads, then forms h quad by quad with the gate's (an L1/L2 hit) in the
-// registers rms_norm keeps x in, stores it and sums its squares in PyTorch's order. (The modulation is a spec constant, not a run-time flag:
-// compiling both paths took 100 registers instead of 64.)
+// registers rms_norm keeps x in, stores it and sums its squares in PyTorch's order. The modulation
+// is a spec constant, not a run-time flag: compiling both paths took 100 registers instead of 64.
 namespace gate_residual_rms_norm {
 
 typedef xj::StorageOf<spec::kDType>::type T;
@@ -21,7 +21,6 @@ constexpr int kWarps = kRowThreads / 32;
 constexpr int kQuads = spec::kHidden / 4;
 constexpr int kQuadsPerThread = (kQuads + kRowThreads - 1) / kRowThreads;
 constexpr int kThreads = kRowThreads * spec::kRowsPerBlock;
-constexpr int kBatch = spec::kParamBatch < kQuadsPerThread ? spec::kParamBatch : kQuadsPerThread;
 
 static_assert(spec::kHidden % 4 == 0, "PyTorch's vectorized RMSNorm path needs H % 4 == 0");
 static_assert(spec::kTableStride >= spec::kHidden && spec::kTableStride % 4 == 0,
@@ -84,49 +83,8 @@ XJ_ENTRY(const gate_residual_rms_norm::T* __restrict__ residual, const gate_resi
   // 2. Within each warp, 3. across warps (row_sum.cuh).
   const float total = xj::row_sum_128(s, warp_sums[group]);
   if (!live) return;
-  // 4. Mean square and the reciprocal square root.
-  const float ms = __fdiv_rn(total, (float)spec::kHidden);
-  const float rstd = rsqrtf(xj::add(ms, eps));
-  if (rstd_out && t == 0) rstd_out[row] = rstd;
-
-  // 5. Normalise (and modulate) from the registers, kBatch quads at a time.
-  const T* shift_row = shift + i * spec::kTableStride;
-  const T* scale_row = scale + i * spec::kTableStride;
-  T* out_row = out + base;
-#pragma unroll
-  for (int k0 = 0; k0 < kQuadsPerThread; k0 += kBatch) {
-    Quad wq[kBatch], shq[kBatch], scq[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int v = t + (k0 + j) * kRowThreads;
-      if (k0 + j < kQuadsPerThread && in_row(v)) {
-        if (spec::kWeighted) xj::load_quad(wq[j], weight + 4 * v);
-        if (spec::kModulated) {
-          xj::load_quad(shq[j], shift_row + 4 * v);
-          xj::load_quad(scq[j], scale_row + 4 * v);
-        }
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int k = k0 + j;
-      const int v = t + k * kRowThreads;
-      if (k < kQuadsPerThread && in_row(v)) {
-        Quad result;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float n = xj::mul(rstd, xj::to_float(quads[k].v[e]));
-          if (spec::kWeighted) n = xj::mul(xj::to_float(wq[j].v[e]), n);
-          T rounded = xj::round_to<T>(n);
-          if (spec::kModulated) {
-            const float one_plus_scale = xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(scq[j].v[e]))));
-            const float scaled = xj::to_float(xj::round_to<T>(xj::mul(xj::to_float(rounded), one_plus_scale)));
-            rounded = xj::round_to<T>(xj::add(scaled, xj::to_float(shq[j].v[e])));
-          }
-          result.v[e] = rounded;
-        }
-        xj::store_quad(out_row + 4 * v, result);
-      }
-    }
-  }
+  // 4-5. rms_norm_output.cuh.
+  xj::rms_norm_output<T, spec::kHidden, kRowThreads, spec::kParamBatch, spec::kWeighted, spec::kModulated>(
+      quads, total, eps, weight, shift + i * spec::kTableStride, scale + i * spec::kTableStride, out + base, rstd_out,
+      row, t);
 }

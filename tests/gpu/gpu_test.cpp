@@ -411,8 +411,10 @@ TEST_F(Gpu, GateResidualRmsNormEqualsItsTwoOpsBitwise) {
         DeviceBuffer* rstd[2] = {arena->upload({}, rows * 4), arena->upload({}, rows * 4)};
         DeviceBuffer* d_res[2] = {arena->upload({}, act), arena->upload({}, act)};
         DeviceBuffer* d_y[2] = {arena->upload({}, act), arena->upload({}, act)};
-        DeviceBuffer* grads[2] = {arena->upload({}, static_cast<size_t>((3 * R + 1) * hidden) * elem),
-                                  arena->upload({}, static_cast<size_t>((3 * R + 1) * hidden) * elem)};
+        // Zeroed: a gradient a variant does not compute stays zero in both.
+        const std::vector<uint8_t> zero_grads(static_cast<size_t>((3 * R + 1) * hidden) * elem, 0);
+        DeviceBuffer* grads[2] = {arena->upload(zero_grads, zero_grads.size()),
+                                  arena->upload(zero_grads, zero_grads.size())};
         const int64_t ws_bytes = gate_residual_rms_norm_backward_workspace_bytes(rows, seq, R, hidden, weighted, modulated);
         ASSERT_GT(ws_bytes, 0);
         DeviceBuffer* d_ws = arena->upload({}, static_cast<size_t>(ws_bytes));

@@ -114,17 +114,22 @@ def _call(overload, impl, args, tensors, function=None, differentiable=()):
             return _run(overload, impl, args)
         if function is not None:
             return function.apply(None, *args)
-    return overload(*args)
+    return _translating(overload, args)
 
 
 def _run(overload, impl, args):
     """The implementation itself, for the eager shortcut: the extension's C++ kernel where it is
-    loaded (one hop from Python straight to the CUDA kernel; its errors become exactjit.Errors, as
-    the ctypes path raises them), else the Python implementation."""
+    loaded (one hop from Python straight to the CUDA kernel), else the Python implementation."""
     if _extension.path is None:
         return impl(*args)
+    return _translating(lambda *a: overload._handle.redispatch_boxed(_CUDA_KEYS, *a), args)
+
+
+def _translating(call, args):
+    """call(*args), with the extension's errors raised as exactjit.Errors, as the ctypes path
+    raises them (through the dispatcher too: a CPU tensor takes that way)."""
     try:
-        return overload._handle.redispatch_boxed(_CUDA_KEYS, *args)
+        return call(*args)
     except RuntimeError as e:
         error = _extension.translated(e)
         if error is None:

@@ -63,6 +63,15 @@ struct OpRow {
   /// The kernels a call of this shape can select (target unset): the catalog, the CLI and prewarm
   /// build these. `hidden` and `table_stride` are the shape's size fields (Linear: K and N).
   std::vector<KernelSpec> (*family_specs)(DType dtype, int64_t hidden, int64_t table_stride);
+  /// This row's kernels in exactjit's default catalog (MiniMax-H3's shapes, H = 5376) for one dtype
+  /// (targets unset); empty where the model runs none in that dtype.
+  std::vector<KernelSpec> (*catalog)(DType dtype);
+  /// The family's line in `exactjit --help`, on the first row of each family in the op table: the
+  /// flags that size it, what it computes, and the table stride the CLI assumes when none is given,
+  /// in H (the block's 6H AdaLN chunk; rms_norm: 0, the plain norm). Empty on the other rows.
+  std::string_view family_sizes = {};
+  std::string_view family_summary = {};
+  int default_stride_in_h = 0;
 };
 
 /// Every op's row, in the order `exactjit --help` lists them.

@@ -95,6 +95,7 @@ const OpRow kAdalnRowGatherRow = {
     Op::AdalnRowGather, "adaln_row_gather", /*code=*/2, OpRole::Forward, "adaln_row_gather",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/6, /*threads=*/0, /*row_unroll=*/1,
     {"timestep_indices", "token_tags"}, ErrorValue::Index, /*value_rule=*/"",
-    adaln_row_gather_templates, codegen::render_row_constants, adaln_row_gather_rule, adaln_row_gather_family};
+    adaln_row_gather_templates, codegen::render_row_constants, adaln_row_gather_rule, adaln_row_gather_family, [](DType dtype) { return h3_strides(Op::AdalnRowGather, dtype, {6}); },
+    "--hidden H --table-stride N", "the six AdaLN chunks of a (3T, 6H) table, gathered", /*default_stride_in_h=*/6};
 
 }  // namespace exactjit

@@ -94,6 +94,6 @@ const OpRow kAdalnRowGatherBackwardRow = {
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/8,
     {"timestep_indices", "token_tags"}, ErrorValue::Index, /*value_rule=*/"",
     adaln_row_gather_backward_templates, render_backward_constants, backward_vec_rule,
-    adaln_row_gather_backward_family};
+    adaln_row_gather_backward_family, [](DType dtype) { return h3_strides(Op::AdalnRowGatherBackward, dtype, {0}); }};
 
 }  // namespace exactjit

@@ -25,10 +25,9 @@ inline constexpr int64_t kDefaultTimesteps = 3;
 /// det_linear backward.
 std::vector<KernelSpec> spec_family(Op op, DType dtype, int64_t hidden, int64_t table_stride, Target target);
 
-/// The default pre-warm catalog for one target, H = 5376 in bf16, fp16 and fp32: gate_residual
-/// with table row strides 6H (a block's AdaLN chunk) and 2H (the final norm's table), and
-/// adaln_row_gather over the block table's (3T, 6H) rows, rms_norm (plain, block and final-norm
-/// modulation) and the 256-channel timestep sinusoid.
+/// The default pre-warm catalog for one target: every op row's H3 shapes (OpRow::catalog; H = 5376
+/// in bf16, fp16 and fp32, the block's 6H and the final norm's 2H table strides, the 256-channel
+/// sinusoid, the timestep MLP and AdaLN projections), dtype by dtype in op-table order.
 std::vector<KernelSpec> default_catalog(Target target);
 
 /// Rules for a spec built from flags (sizes within kernels/spec_limits.hpp's caps, stride >=

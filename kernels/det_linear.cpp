@@ -1,6 +1,8 @@
 // exactjit op det_linear: validate, spec, geometry, parameters.
 #include "kernels/det_linear.hpp"
 
+#include "kernels/catalog.hpp"
+
 #include "kernels/det_linear_backward.hpp"
 #include "kernels/spec_limits.hpp"
 #include "kernels/tensor_check.hpp"
@@ -207,12 +209,25 @@ std::vector<KernelSpec> det_linear_family(DType dtype, int64_t in_features, int6
   return {det_linear_spec(dtype, in_features, out_features, false),
           det_linear_spec(dtype, in_features, out_features, true)};
 }
+// The timestep MLP (fp32: 256 -> 5376 + SiLU, 5376 -> 2688) and the AdaLN projections (bf16:
+// SiLU(temb) -> 18H for the blocks, -> 2H for the final norm).
+std::vector<KernelSpec> det_linear_catalog(DType dtype) {
+  if (dtype == DType::F32)
+    return {det_linear_spec(DType::F32, kSinusoidChannels, 2 * kTimeEmbedDim, true),
+            det_linear_spec(DType::F32, 2 * kTimeEmbedDim, kTimeEmbedDim, false)};
+  if (dtype == DType::BF16)
+    return {det_linear_spec(DType::BF16, kTimeEmbedDim, 18 * kDefaultHidden, true),
+            det_linear_spec(DType::BF16, kTimeEmbedDim, 2 * kDefaultHidden, true)};
+  return {};
+}
 }  // namespace
 
 const OpRow kDetLinearRow = {
     Op::DetLinear, "det_linear", /*code=*/5, OpRole::Forward, "det_linear",
     SpecShape::Linear, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    det_linear_templates, render_det_linear_constants, det_linear_rule, det_linear_family};
+    det_linear_templates, render_det_linear_constants, det_linear_rule, det_linear_family, det_linear_catalog,
+    "--in-features K --out-features N [--activation none|silu]",
+    "batch-invariant linear layer (timestep MLP, AdaLN projection)", /*default_stride_in_h=*/0};
 
 }  // namespace exactjit

@@ -3,6 +3,7 @@
 #include "kernels/det_linear_backward.hpp"
 
 #include "kernels/backward_check.hpp"
+#include "kernels/catalog.hpp"
 #include "kernels/det_linear.hpp"
 #include "kernels/segment_plan.hpp"
 #include "kernels/spec_limits.hpp"
@@ -210,6 +211,23 @@ std::vector<KernelSpec> backward_family(Op op, DType dtype, int64_t in_features,
   }
   return specs;
 }
+// The same layers' backward (det_linear_catalog): fp32 one spec each; bf16 (SiLU on the input)
+// every row tile and incoming-gradient dtype, so a cache shipped read-only serves every T.
+std::vector<KernelSpec> backward_catalog(Op op, DType dtype) {
+  std::vector<KernelSpec> specs;
+  if (dtype == DType::F32 && op != Op::DetLinearInputFold) {
+    specs.push_back(det_linear_spec(DType::F32, kSinusoidChannels, 2 * kTimeEmbedDim, true, op));
+    specs.push_back(det_linear_spec(DType::F32, 2 * kTimeEmbedDim, kTimeEmbedDim, false, op));
+  }
+  if (dtype == DType::BF16)
+    for (int64_t n : {18 * kDefaultHidden, 2 * kDefaultHidden})
+      for (const KernelSpec& spec : backward_family(op, dtype, kTimeEmbedDim, n))
+        if (spec.silu) specs.push_back(spec);
+  return specs;
+}
+std::vector<KernelSpec> input_grad_catalog(DType dtype) { return backward_catalog(Op::DetLinearInputGrad, dtype); }
+std::vector<KernelSpec> input_fold_catalog(DType dtype) { return backward_catalog(Op::DetLinearInputFold, dtype); }
+std::vector<KernelSpec> weight_grad_catalog(DType dtype) { return backward_catalog(Op::DetLinearWeightGrad, dtype); }
 std::vector<KernelSpec> input_grad_family(DType dtype, int64_t k, int64_t n) {
   return backward_family(Op::DetLinearInputGrad, dtype, k, n);
 }
@@ -225,16 +243,16 @@ const OpRow kDetLinearInputGradRow = {
     Op::DetLinearInputGrad, "det_linear_input_grad", /*code=*/12, OpRole::Backward, "det_linear",
     SpecShape::Linear, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    backward_templates, render_det_linear_constants, backward_rule, input_grad_family};
+    backward_templates, render_det_linear_constants, backward_rule, input_grad_family, input_grad_catalog};
 const OpRow kDetLinearInputFoldRow = {
     Op::DetLinearInputFold, "det_linear_input_fold", /*code=*/18, OpRole::Backward, "det_linear",
     SpecShape::Linear, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    backward_templates, render_det_linear_constants, backward_rule, input_fold_family};
+    backward_templates, render_det_linear_constants, backward_rule, input_fold_family, input_fold_catalog};
 const OpRow kDetLinearWeightGradRow = {
     Op::DetLinearWeightGrad, "det_linear_weight_grad", /*code=*/13, OpRole::Backward, "det_linear",
     SpecShape::Linear, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    backward_templates, render_det_linear_constants, backward_rule, weight_grad_family};
+    backward_templates, render_det_linear_constants, backward_rule, weight_grad_family, weight_grad_catalog};
 
 }  // namespace exactjit

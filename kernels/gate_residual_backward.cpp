@@ -110,6 +110,6 @@ const OpRow kGateResidualBackwardRow = {
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/8,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     gate_residual_backward_templates, render_backward_constants, gate_residual_backward_rule,
-    gate_residual_backward_family};
+    gate_residual_backward_family, [](DType dtype) { return h3_strides(Op::GateResidualBackward, dtype, {6, 2}); }};
 
 }  // namespace exactjit

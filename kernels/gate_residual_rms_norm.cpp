@@ -228,11 +228,13 @@ const OpRow kGateResidualRmsNormRow = {
     Op::GateResidualRmsNorm, "gate_residual_rms_norm", /*code=*/19, OpRole::Forward, "gate_residual_rms_norm",
     SpecShape::Rows, /*describes_weight=*/true, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    forward_templates, codegen::render_row_norm_constants, forward_rule, forward_family};
+    forward_templates, codegen::render_row_norm_constants, forward_rule, forward_family, [](DType dtype) { return h3_strides(Op::GateResidualRmsNorm, dtype, {6}); },
+    "--hidden H --table-stride N",
+    "gate_residual into h, then rms_norm of h (optionally modulated), in one pass", /*default_stride_in_h=*/6};
 const OpRow kGateResidualRmsNormBackwardRow = {
     Op::GateResidualRmsNormBackward, "gate_residual_rms_norm_backward", /*code=*/20, OpRole::Backward,
     "gate_residual_rms_norm", SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128,
     /*row_unroll=*/1, {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    rms_norm_dx_templates, dx_constants, rms_norm_rule, dx_family};
+    rms_norm_dx_templates, dx_constants, rms_norm_rule, dx_family, [](DType dtype) { return h3_strides(Op::GateResidualRmsNormBackward, dtype, {6}); }};
 
 }  // namespace exactjit

@@ -3,27 +3,21 @@
 
 #include "codegen/op_row.hpp"
 
+#include <llvm/ADT/STLExtras.h>
+
 namespace exactjit {
 
 llvm::ArrayRef<OpFamily> op_families() {
+  // A family's line is on its first row in the op table; its kernels are its rows, in table order.
   static const std::vector<OpFamily> families = [] {
-    std::vector<OpFamily> list = {
-        {"gate_residual", "--hidden H --table-stride N", "residual + gate.index_select(0, index) * y", 6, {}},
-        {"adaln_row_gather", "--hidden H --table-stride N", "the six AdaLN chunks of a (3T, 6H) table, gathered", 6,
-         {}},
-        {"rms_norm", "--hidden H [--table-stride N]", "F.rms_norm, optionally AdaLN-modulated (with a table stride)",
-         0, {}},
-        {"gate_residual_rms_norm", "--hidden H --table-stride N",
-         "gate_residual into h, then rms_norm of h (optionally modulated), in one pass", 6, {}},
-        {"timestep_sinusoid", "--channels C", "diffusers' get_timestep_embedding", 0, {}},
-        {"det_linear", "--in-features K --out-features N [--activation none|silu]",
-         "batch-invariant linear layer (timestep MLP, AdaLN projection)", 0, {}},
-        {"segment_plan", "(sized by the backward kernels)", "the deterministic segment sums the backwards share", 6,
-         {}},
-    };
-    for (OpFamily& family : list)
-      for (const OpRow* row : op_table())
-        if (row->family == family.name) family.kernels.push_back(row->op);
+    std::vector<OpFamily> list;
+    for (const OpRow* row : op_table()) {
+      auto family = llvm::find_if(list, [&](const OpFamily& f) { return f.name == row->family; });
+      if (family == list.end())
+        family = list.insert(list.end(), {row->family, row->family_sizes, row->family_summary,
+                                          row->default_stride_in_h, {}});
+      family->kernels.push_back(row->op);
+    }
     return list;
   }();
   return families;

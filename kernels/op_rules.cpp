@@ -1,6 +1,9 @@
 // exactjit shared op rules and families (see op_rules.hpp).
 #include "kernels/op_rules.hpp"
 
+#include "codegen/op_row.hpp"
+#include "kernels/catalog.hpp"
+
 #include <fmt/format.h>
 
 namespace exactjit {
@@ -51,6 +54,14 @@ std::vector<KernelSpec> row_op_family(Op op, DType dtype, int64_t hidden, int64_
   std::vector<KernelSpec> specs;
   for (IndexType index : {IndexType::I64, IndexType::I32})
     for (int vec : widths) specs.push_back(make_spec(op, dtype, index, hidden, table_stride, vec));
+  return specs;
+}
+
+std::vector<KernelSpec> h3_strides(Op op, DType dtype, std::initializer_list<int> strides_in_h) {
+  std::vector<KernelSpec> specs;
+  for (int stride : strides_in_h)
+    for (const KernelSpec& spec : op_row(op).family_specs(dtype, kDefaultHidden, stride * kDefaultHidden))
+      specs.push_back(spec);
   return specs;
 }
 

@@ -27,6 +27,10 @@ inline std::string no_rule(const KernelSpec&) { return {}; }
 std::vector<KernelSpec> row_op_family(Op op, DType dtype, int64_t hidden, int64_t table_stride);
 /// The segment-tile backward kernels: the 16-byte width where it divides, then the scalar one.
 std::vector<KernelSpec> backward_vec_family(Op op, DType dtype, int64_t hidden, int64_t table_stride);
+/// The catalog of a row whose H3 shapes are table strides: its family at H = 5376 for each
+/// stride, given in multiples of H (0: the plain rms_norm, or no table).
+std::vector<KernelSpec> h3_strides(Op op, DType dtype, std::initializer_list<int> strides_in_h);
+
 /// The index types a modulated kernel (table stride > 0) can be called with; plain: int64 only.
 std::vector<IndexType> index_types_for(int64_t table_stride);
 

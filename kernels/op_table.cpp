@@ -20,13 +20,14 @@ namespace exactjit {
 
 namespace {
 
-// Listed by family, the forward first: `exactjit --help` shows them in this order.
+// Listed by family, the row carrying the family's help line first: `exactjit --help` shows them
+// in this order.
 const std::array<const OpRow*, 20> kRows = {
-    &kGateResidualRow,       &kGateResidualBackwardRow,  &kAdalnRowGatherRow,     &kAdalnRowGatherBackwardRow,
-    &kRmsNormRow,            &kRmsNormBackwardRow,       &kRmsNormTableGradRow,   &kRmsNormWeightGradRow,
-    &kTimestepSinusoidRow,   &kTimestepSinusoidBackwardRow, &kDetLinearRow,       &kDetLinearInputGradRow,
-    &kDetLinearInputFoldRow, &kDetLinearWeightGradRow,   &kSegmentCountRow,       &kSegmentScanRow,
-    &kSegmentScatterRow,     &kSegmentFoldRow,         &kGateResidualRmsNormRow, &kGateResidualRmsNormBackwardRow,
+    &kGateResidualRow,        &kGateResidualBackwardRow,        &kAdalnRowGatherRow,   &kAdalnRowGatherBackwardRow,
+    &kRmsNormRow,             &kRmsNormBackwardRow,             &kRmsNormTableGradRow, &kRmsNormWeightGradRow,
+    &kGateResidualRmsNormRow, &kGateResidualRmsNormBackwardRow, &kTimestepSinusoidRow, &kTimestepSinusoidBackwardRow,
+    &kDetLinearRow,           &kDetLinearInputGradRow,          &kDetLinearInputFoldRow, &kDetLinearWeightGradRow,
+    &kSegmentCountRow,        &kSegmentScanRow,                 &kSegmentScatterRow,   &kSegmentFoldRow,
 };
 
 }  // namespace

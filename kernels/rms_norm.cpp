@@ -146,6 +146,8 @@ const OpRow kRmsNormRow = {
     Op::RmsNorm, "rms_norm", /*code=*/3, OpRole::Forward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/true, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    rms_norm_templates, codegen::render_rms_norm_constants, rms_norm_rule, rms_norm_family};
+    rms_norm_templates, codegen::render_rms_norm_constants, rms_norm_rule, rms_norm_family, [](DType dtype) { return h3_strides(Op::RmsNorm, dtype, {0, 6, 2}); },
+    "--hidden H [--table-stride N]", "F.rms_norm, optionally AdaLN-modulated (with a table stride)",
+    /*default_stride_in_h=*/0};
 
 }  // namespace exactjit

@@ -230,18 +230,18 @@ const OpRow kRmsNormBackwardRow = {
     Op::RmsNormBackward, "rms_norm_backward", /*code=*/8, OpRole::Backward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    rms_norm_dx_templates, dx_constants, rms_norm_rule, dx_family};
+    rms_norm_dx_templates, dx_constants, rms_norm_rule, dx_family, [](DType dtype) { return h3_strides(Op::RmsNormBackward, dtype, {0, 6, 2}); }};
 // The parameter tiles keep row_unroll 4: 16 cost more at large S (160 registers, fewer blocks per
 // SM) than they gained at small S (docs/perf-notes.md, backward v3).
 const OpRow kRmsNormTableGradRow = {
     Op::RmsNormTableGrad, "rms_norm_table_grad", /*code=*/9, OpRole::Backward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/4,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    param_grad_templates, render_table_grad_constants, rms_norm_rule, table_grad_family};
+    param_grad_templates, render_table_grad_constants, rms_norm_rule, table_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormTableGrad, dtype, {0}); }};
 const OpRow kRmsNormWeightGradRow = {
     Op::RmsNormWeightGrad, "rms_norm_weight_grad", /*code=*/10, OpRole::Backward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/4,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    param_grad_templates, render_backward_constants, rms_norm_rule, weight_grad_family};
+    param_grad_templates, render_backward_constants, rms_norm_rule, weight_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormWeightGrad, dtype, {0, 6, 2}); }};
 
 }  // namespace exactjit

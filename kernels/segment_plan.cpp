@@ -141,27 +141,41 @@ std::vector<KernelSpec> scatter_family(DType, int64_t, int64_t) {
 std::vector<KernelSpec> fold_family(DType dtype, int64_t, int64_t) {
   return {make_spec(Op::SegmentFold, dtype, IndexType::I64, 1, 0, 1)};
 }
+// The plan kernels are dtype-free (listed once, under fp32); the fold writes every dtype.
+std::vector<KernelSpec> count_catalog(DType dtype) {
+  if (dtype != DType::F32) return {};
+  std::vector<KernelSpec> specs = count_family(dtype, 1, 0);
+  for (const KernelSpec& spec : count_family(dtype, 2, 0)) specs.push_back(spec);  // adaln_row_gather's keys
+  return specs;
+}
+std::vector<KernelSpec> scan_catalog(DType dtype) { return dtype == DType::F32 ? scan_family(dtype, 1, 0) : std::vector<KernelSpec>{}; }
+std::vector<KernelSpec> scatter_catalog(DType dtype) {
+  return dtype == DType::F32 ? scatter_family(dtype, 1, 0) : std::vector<KernelSpec>{};
+}
+std::vector<KernelSpec> fold_catalog(DType dtype) { return fold_family(dtype, 1, 0); }
 }  // namespace
 
 const OpRow kSegmentCountRow = {
     Op::SegmentCount, "segment_count", /*code=*/14, OpRole::Plan, "segment_plan",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    count_templates, render_backward_constants, count_rule, count_family};
+    count_templates, render_backward_constants, count_rule, count_family, count_catalog,
+    "(sized by the backward kernels)", "the deterministic segment sums the backwards share",
+    /*default_stride_in_h=*/6};
 const OpRow kSegmentScanRow = {
     Op::SegmentScan, "segment_scan", /*code=*/15, OpRole::Plan, "segment_plan",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    scan_templates, render_backward_constants, no_rule, scan_family};
+    scan_templates, render_backward_constants, no_rule, scan_family, scan_catalog};
 const OpRow kSegmentScatterRow = {
     Op::SegmentScatter, "segment_scatter", /*code=*/16, OpRole::Plan, "segment_plan",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    scatter_templates, render_backward_constants, no_rule, scatter_family};
+    scatter_templates, render_backward_constants, no_rule, scatter_family, scatter_catalog};
 const OpRow kSegmentFoldRow = {
     Op::SegmentFold, "segment_fold", /*code=*/17, OpRole::Plan, "segment_plan",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    fold_templates, render_backward_constants, no_rule, fold_family};
+    fold_templates, render_backward_constants, no_rule, fold_family, fold_catalog};
 
 }  // namespace exactjit

@@ -2,6 +2,7 @@
 #include "kernels/timestep_sinusoid.hpp"
 
 #include "codegen/render.hpp"
+#include "kernels/catalog.hpp"
 #include "kernels/segment_plan.hpp"
 #include "kernels/spec_limits.hpp"
 #include "kernels/tensor_check.hpp"
@@ -117,17 +118,25 @@ std::vector<KernelSpec> sinusoid_family(DType, int64_t channels, int64_t) { retu
 std::vector<KernelSpec> sinusoid_backward_family(DType, int64_t channels, int64_t) {
   return {make_spec(Op::TimestepSinusoidBackward, DType::F32, IndexType::I64, channels, 0, 1)};
 }
+// H3's 256 channels, listed once (under fp32).
+std::vector<KernelSpec> sinusoid_catalog(DType dtype) {
+  return dtype == DType::F32 ? sinusoid_family(dtype, kSinusoidChannels, 0) : std::vector<KernelSpec>{};
+}
+std::vector<KernelSpec> sinusoid_backward_catalog(DType dtype) {
+  return dtype == DType::F32 ? sinusoid_backward_family(dtype, kSinusoidChannels, 0) : std::vector<KernelSpec>{};
+}
 }  // namespace
 
 const OpRow kTimestepSinusoidRow = {
     Op::TimestepSinusoid, "timestep_sinusoid", /*code=*/4, OpRole::Forward, "timestep_sinusoid",
     SpecShape::Channels, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"t", "t"}, ErrorValue::FloatBits, /*value_rule=*/"a finite value in [0, 1] (check_range)",
-    sinusoid_templates, codegen::render_sinusoid_constants, channels_rule, sinusoid_family};
+    sinusoid_templates, codegen::render_sinusoid_constants, channels_rule, sinusoid_family, sinusoid_catalog,
+    "--channels C", "diffusers' get_timestep_embedding", /*default_stride_in_h=*/0};
 const OpRow kTimestepSinusoidBackwardRow = {
     Op::TimestepSinusoidBackward, "timestep_sinusoid_backward", /*code=*/11, OpRole::Backward, "timestep_sinusoid",
     SpecShape::Channels, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/1,
     {"t", "t"}, ErrorValue::Index, /*value_rule=*/"",
-    sinusoid_backward_templates, render_backward_constants, channels_rule, sinusoid_backward_family};
+    sinusoid_backward_templates, render_backward_constants, channels_rule, sinusoid_backward_family, sinusoid_backward_catalog};
 
 }  // namespace exactjit

@@ -46,7 +46,9 @@ TEST(OpTable, CodesAreStable) {
     EXPECT_GE(row->code, 1u);
     EXPECT_LE(row->code, 0xFFFFu);  // the error record keeps the argument above 16 bits
     const auto it = pinned.find(std::string(row->name));
-    if (it != pinned.end()) EXPECT_EQ(row->code, it->second) << row->name << "'s code changed";
+    if (it != pinned.end()) {
+      EXPECT_EQ(row->code, it->second) << row->name << "'s code changed";
+    }
   }
   for (const auto& [name, code] : pinned) EXPECT_TRUE(parse_op(name).has_value()) << name << " lost its row";
 }
@@ -64,7 +66,33 @@ TEST(OpTable, EveryRowIsInItsFamilyOnce) {
   }
   for (const OpFamily& family : op_families()) {
     ASSERT_FALSE(family.kernels.empty()) << family.name;
-    if (family.name != "segment_plan") EXPECT_EQ(op_row(family.kernels.front()).role, OpRole::Forward) << family.name;
+    if (family.name != "segment_plan") {
+      EXPECT_EQ(op_row(family.kernels.front()).role, OpRole::Forward) << family.name;
+    }
+    // The help line is on the family's first row, and only there.
+    EXPECT_FALSE(family.summary.empty()) << family.name;
+    EXPECT_FALSE(family.sizes.empty()) << family.name;
+    for (size_t k = 1; k < family.kernels.size(); ++k)
+      EXPECT_TRUE(op_row(family.kernels[k]).family_summary.empty()) << op_name(family.kernels[k]);
+  }
+}
+
+// default_catalog is the rows' catalogs: each lists only its own op's specs, each spec keeps the
+// row's rule, and every kernel of H3's chain is there (the rows that must have shapes do).
+TEST(OpTable, CatalogIsTheRowsCatalogs) {
+  size_t total = 0;
+  for (DType dtype : {DType::BF16, DType::F16, DType::F32})
+    for (const OpRow* row : op_table())
+      for (const KernelSpec& spec : row->catalog(dtype)) {
+        EXPECT_EQ(spec.op, row->op) << row->name;
+        EXPECT_EQ(row->rule(spec), "") << spec.describe();
+        ++total;
+      }
+  EXPECT_EQ(default_catalog(Target{90, false}).size(), total);
+  for (const OpRow* row : op_table()) {
+    size_t specs = 0;
+    for (DType dtype : {DType::BF16, DType::F16, DType::F32}) specs += row->catalog(dtype).size();
+    EXPECT_GT(specs, 0u) << row->name << " has no catalog shape";
   }
 }
 

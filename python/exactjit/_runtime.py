@@ -129,6 +129,15 @@ def _c_string(value):
     return None if value is None else os.fsencode(value)
 
 
+
+def _pack_optional(torch, op, names, values):
+    """(what keeps the DLTensors alive, their pointers in `names` order with None for each absent
+    value): the packing of every call that takes optional tensors."""
+    present = [(n, t) for n, t in zip(names, values) if t is not None]
+    packed, addresses = pack(torch, op, [n for n, _ in present], [t for _, t in present])
+    by_name = dict(zip((n for n, _ in present), addresses))
+    return packed, [by_name.get(n) for n in names]
+
 class Runtime:
     """Owns exactjit's kernel caches and per-device state (an xj_runtime). Thread-safe.
 
@@ -306,11 +315,9 @@ class Runtime:
         torch = _torch
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
         rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if return_rstd else None
-        present = [(n, t) for n, t in zip(_RMS_NORM_ARGS, (x, weight, shift, scale, index, out, rstd)) if t is not None]
         stream = _current_stream(x.get_device()) if x.is_cuda else None
-        packed, addresses = pack(torch, "rms_norm", [n for n, _ in present], [t for _, t in present])
-        by_name = dict(zip((n for n, _ in present), addresses))
-        status = _lib.lib.xj_rms_norm(self._live(), *(by_name.get(n) for n in _RMS_NORM_ARGS), float(eps), stream)
+        packed, args = _pack_optional(torch, "rms_norm", _RMS_NORM_ARGS, (x, weight, shift, scale, index, out, rstd))
+        status = _lib.lib.xj_rms_norm(self._live(), *args, float(eps), stream)
         del packed
         _lib.check(status, "xj_rms_norm")
         return (out, rstd) if return_rstd else out
@@ -344,13 +351,10 @@ class Runtime:
         h = torch.empty_like(residual, memory_format=torch.contiguous_format)
         out = torch.empty_like(residual, memory_format=torch.contiguous_format)
         rstd = torch.empty(residual.shape[:-1], dtype=torch.float32, device=residual.device) if return_rstd else None
-        names = _GATE_RESIDUAL_RMS_NORM_ARGS
         tensors = (residual, gate, index, y, weight, shift, scale, h, out, rstd)
-        present = [(n, t) for n, t in zip(names, tensors) if t is not None]
         stream = _current_stream(residual.get_device()) if residual.is_cuda else None
-        packed, addresses = pack(torch, "gate_residual_rms_norm", [n for n, _ in present], [t for _, t in present])
-        by_name = dict(zip((n for n, _ in present), addresses))
-        status = _lib.lib.xj_gate_residual_rms_norm(self._live(), *(by_name.get(n) for n in names), float(eps), stream)
+        packed, args = _pack_optional(torch, "gate_residual_rms_norm", _GATE_RESIDUAL_RMS_NORM_ARGS, tensors)
+        status = _lib.lib.xj_gate_residual_rms_norm(self._live(), *args, float(eps), stream)
         del packed
         _lib.check(status, "xj_gate_residual_rms_norm")
         return h, out, rstd
@@ -405,11 +409,9 @@ class Runtime:
         pre = (torch.empty((x.shape[0], weight.shape[0]), dtype=torch.float32, device=x.device)
                if with_pre_activation else None)
         names = ("x", "weight", "bias", "out", "pre_activation")
-        present = [(n, t) for n, t in zip(names, (x, weight, bias, out, pre)) if t is not None]
         stream = _current_stream(x.get_device()) if x.is_cuda else None
-        packed, addresses = pack(torch, "det_linear", [n for n, _ in present], [t for _, t in present])
-        by_name = dict(zip((n for n, _ in present), addresses))
-        status = _lib.lib.xj_det_linear(self._live(), *(by_name.get(n) for n in names), int(bool(silu)), stream)
+        packed, args = _pack_optional(torch, "det_linear", names, (x, weight, bias, out, pre))
+        status = _lib.lib.xj_det_linear(self._live(), *args, int(bool(silu)), stream)
         del packed
         _lib.check(status, "xj_det_linear")
         return out, pre
@@ -443,12 +445,9 @@ class Runtime:
                                 in_features=in_features, out_features=out_features) if need_input else None)
         names = ("grad", "pre_activation", "x", "weight", "d_input", "d_weight", "d_bias", "workspace")
         values = (grad, pre_activation, x, weight, d_input, d_weight, d_bias, workspace)
-        present = [(n, t) for n, t in zip(names, values) if t is not None]
         stream = _current_stream(x.get_device()) if x.is_cuda else None
-        packed, addresses = pack(torch, op, [n for n, _ in present], [t for _, t in present])
-        by_name = dict(zip((n for n, _ in present), addresses))
-        status = _lib.lib.xj_det_linear_backward(self._live(), *(by_name.get(n) for n in names), int(bool(silu)),
-                                                 stream)
+        packed, args = _pack_optional(torch, op, names, values)
+        status = _lib.lib.xj_det_linear_backward(self._live(), *args, int(bool(silu)), stream)
         del packed
         _lib.check(status, "xj_det_linear_backward")
         return d_input, d_weight, d_bias
@@ -506,11 +505,9 @@ class Runtime:
                                rows=y.numel() // hidden if hidden else 0, seq=index.shape[0] if index.dim() == 1 else 0,
                                table_rows=gate.shape[0] if gate.dim() == 2 else 0, hidden=hidden)
         names = ("grad", "gate", "index", "y", "d_y", "d_gate", "workspace")
-        present = [(n, t) for n, t in zip(names, (grad, gate, index, y, d_y, d_gate, workspace)) if t is not None]
         stream = _current_stream(grad.get_device()) if grad.is_cuda else None
-        packed, addresses = pack(torch, op, [n for n, _ in present], [t for _, t in present])
-        by_name = dict(zip((n for n, _ in present), addresses))
-        status = fn(self._live(), *(by_name.get(n) for n in names), stream)
+        packed, args = _pack_optional(torch, op, names, (grad, gate, index, y, d_y, d_gate, workspace))
+        status = fn(self._live(), *args, stream)
         del packed
         _lib.check(status, "xj_gate_residual_backward")
         return d_y, d_gate
@@ -560,11 +557,8 @@ class Runtime:
         workspace = _workspace(torch, op, "xj_rms_norm_backward_workspace_bytes", grad.device, rows=rows, seq=seq,
                                table_rows=table_rows, hidden=hidden, weighted=int(weight is not None))
         tensors = (grad, x, weight, scale, index, rstd, dx, dweight, dshift, dscale, workspace)
-        present = [(n, t) for n, t in zip(_RMS_NORM_BACKWARD_ARGS, tensors) if t is not None]
         stream = _current_stream(grad.get_device()) if grad.is_cuda else None
-        packed, addresses = pack(torch, op, [n for n, _ in present], [t for _, t in present])
-        by_name = dict(zip((n for n, _ in present), addresses))
-        args = [by_name.get(n) for n in _RMS_NORM_BACKWARD_ARGS]
+        packed, args = _pack_optional(torch, op, _RMS_NORM_BACKWARD_ARGS, tensors)
         at = _RMS_NORM_BACKWARD_EPS_AT
         status = fn(self._live(), *args[:at], float(eps), *args[at:], stream)
         del packed
@@ -621,12 +615,8 @@ class Runtime:
                                weighted=int(weight is not None), modulated=int(modulated))
         tensors = (grad_out, grad_h, h, y, gate, index, weight, scale, rstd, d_residual, d_y, d_gate, d_weight, d_shift,
                    d_scale, workspace)
-        names = _GATE_RESIDUAL_RMS_NORM_BACKWARD_ARGS
-        present = [(n, t) for n, t in zip(names, tensors) if t is not None]
         stream = _current_stream(grad_out.get_device()) if grad_out.is_cuda else None
-        packed, addresses = pack(torch, op, [n for n, _ in present], [t for _, t in present])
-        by_name = dict(zip((n for n, _ in present), addresses))
-        args = [by_name.get(n) for n in names]
+        packed, args = _pack_optional(torch, op, _GATE_RESIDUAL_RMS_NORM_BACKWARD_ARGS, tensors)
         at = _GATE_RESIDUAL_RMS_NORM_BACKWARD_EPS_AT
         status = fn(self._live(), *args[:at], float(eps), *args[at:], stream)
         del packed

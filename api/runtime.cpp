@@ -121,8 +121,6 @@ llvm::Expected<DeviceState*> Runtime::Impl::device(int device_id) {
   driver->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, state->device);
   state->target = forced_target.value_or(Target{major * 10 + minor, false});
   driver->cuDeviceGetAttribute(&state->multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, state->device);
-  driver->cuDeviceGetAttribute(&state->shared_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-                               state->device);
   if (auto err = driver->check(driver->cuDevicePrimaryCtxRetain(&state->context, state->device),
                                "cuDevicePrimaryCtxRetain"))
     return err;
@@ -143,7 +141,7 @@ DeviceTraits Runtime::Impl::traits(const DLDevice& device) {
     llvm::consumeError(state.takeError());
     return {};
   }
-  return {(*state)->target.sm, (*state)->multiprocessors, (*state)->shared_optin};
+  return {(*state)->target.sm, (*state)->multiprocessors};
 }
 
 llvm::Expected<CUfunction> Runtime::Impl::function(DeviceState& state, KernelSpec spec, uint32_t shared_bytes) {
@@ -301,8 +299,7 @@ Status Runtime::rms_norm_backward(const DLTensor& grad, const DLTensor& x, const
                                   const DLTensor* dweight, const DLTensor* dshift, const DLTensor* dscale,
                                   const DLTensor* workspace, void* stream) {
   auto sequence =
-      plan_rms_norm_backward({grad, x, weight, scale, index, rstd, eps, dx, dweight, dshift, dscale, workspace},
-                             impl_->traits(x.device));
+      plan_rms_norm_backward({grad, x, weight, scale, index, rstd, eps, dx, dweight, dshift, dscale, workspace});
   if (!sequence) return to_status(sequence.takeError());
   return to_status(impl_->launch(*sequence, stream));
 }
@@ -316,8 +313,7 @@ Status Runtime::gate_residual_rms_norm_backward(const DLTensor& grad_out, const 
                                                 const DLTensor* workspace, void* stream) {
   auto sequence = plan_gate_residual_rms_norm_backward({grad_out, grad_h, h, y, gate, index, weight, scale, rstd, eps,
                                                         d_residual, d_y, d_gate, d_weight, d_shift, d_scale,
-                                                        workspace},
-                                                       impl_->traits(h.device));
+                                                        workspace});
   if (!sequence) return to_status(sequence.takeError());
   return to_status(impl_->launch(*sequence, stream));
 }

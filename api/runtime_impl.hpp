@@ -29,7 +29,6 @@ struct DeviceState {
   CUcontext context = nullptr;
   Target target;
   int multiprocessors = 0;
-  int shared_optin = 0;  // bytes of shared memory one block may opt in to
   std::unique_ptr<StreamErrorRecords> errors;
   std::shared_mutex mutex;
   std::unordered_map<KernelSpec, CUfunction, KernelSpecHash> functions;

@@ -119,8 +119,7 @@ int64_t gate_residual_rms_norm_backward_workspace(int64_t rows, int64_t seq, int
   return (align_workspace(CheckedSize(norm)) + gated).value_or(-1);
 }
 
-llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateResidualRmsNormBackwardArgs& a,
-                                                                    const DeviceTraits& device) {
+llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateResidualRmsNormBackwardArgs& a) {
   const ArgName workspace_name{kBackwardOp, "workspace"};
   const bool modulated = a.scale != nullptr;
   const bool weighted = a.weight != nullptr;
@@ -162,8 +161,7 @@ llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateRe
 
   auto sequence = plan_rms_norm_backward({a.grad_out, a.h, a.weight, a.scale, modulated ? &a.index : nullptr, a.rstd,
                                           a.eps, &a.d_residual, a.d_weight, a.d_shift, a.d_scale,
-                                          a.workspace ? &norm_ws : nullptr},
-                                         device);
+                                          a.workspace ? &norm_ws : nullptr});
   if (!sequence) return in_terms_of(kBackwardOp, sequence.takeError());
   if (a.grad_h) {
     if (auto err = require_like({kBackwardOp, "grad_h"}, *a.grad_h, "h", a.h)) return err;
@@ -184,7 +182,7 @@ llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateRe
                                           {"d_residual", "d_y", "d_gate", "d_weight", "d_shift", "d_scale", "workspace"}))
     return err;
 
-  // With grad_h, rms_norm's backward kernel becomes this op's: the same template, its dx adding grad_h. The
+  // With grad_h, rms_norm's dx kernel becomes this op's: the same template adding grad_h. The
   // plans' segment_count kernels, the first to meet a bad index, report it as this op's.
   for (int k = 0; k < sequence->count; ++k) {
     LaunchPlan& step = sequence->steps[k];

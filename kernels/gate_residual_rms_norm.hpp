@@ -52,8 +52,7 @@ struct GateResidualRmsNormBackwardArgs {
 int64_t gate_residual_rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden,
                                                   bool weighted, bool modulated);
 
-llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateResidualRmsNormBackwardArgs& args,
-                                                                    const DeviceTraits& device = {});
+llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateResidualRmsNormBackwardArgs& args);
 
 /// The forward's row and the row of the backward's dx kernel (rms_norm_backward.cuh with the
 /// residual gradient added).

@@ -12,16 +12,14 @@
 namespace exactjit {
 
 /// What a planner may need to know of the device a launch goes to (det_linear's kernel choice and
-/// persistent grid, rms_norm backward's shared-memory windows): the architecture the runtime
-/// compiles for, the SM count and the shared memory one block may opt in to; zero when unknown.
+/// persistent grid): the architecture the runtime compiles for and the SM count; zero when unknown.
 struct DeviceTraits {
   int sm = 0;
   int multiprocessors = 0;
-  int shared_optin = 0;  ///< bytes
 };
 
 struct LaunchPlan {
-  static constexpr int kMaxParams = 24;  // plus the error record the runtime appends
+  static constexpr int kMaxParams = 20;  // plus the error record the runtime appends
 
   KernelSpec spec;
   int device_id = 0;

@@ -233,21 +233,11 @@ TEST(RmsNormBackwardValidation, ModulatedCallPlansEveryGradient) {
   auto sequence = plan_rms_norm_backward(
       {grad.t, x.t, nullptr, &scale.t, &index.t, rstd.t, 1e-5, &dx.t, nullptr, &dshift.t, &dscale.t, &workspace.t});
   ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
-  const Op expected[] = {Op::SegmentCount,    Op::SegmentScan, Op::SegmentScatter,
-                         Op::RmsNormBackward, Op::SegmentFold, Op::SegmentFold};
-  ASSERT_EQ(sequence->count, 6);
-  for (int i = 0; i < 6; ++i) EXPECT_EQ(sequence->steps[i].spec.op, expected[i]) << i;
-  // One pass: a block per sub-tile of 64 positions, four per plan tile (at most ceil(14 / 256) + 9
-  // plan tiles), the accumulators in shared memory (dshift and dscale: one float per column each;
-  // 48 KiB, the size without device traits, holds all 11 quad steps of H = 5376 per thread).
-  const LaunchPlan& pass = sequence->steps[3];
-  EXPECT_EQ(pass.grid, 40u);
-  EXPECT_EQ(pass.grid_y, 1u);
-  EXPECT_EQ(pass.shared_bytes, 2u * 11 * 4 * 128 * 4);
-  EXPECT_EQ(pass.params[14], 64u);  // tile rows (unused with a plan)
-  // The folds read four partial rows per plan tile, one output row per table row.
-  EXPECT_EQ(sequence->steps[4].params[4], 4u);
-  EXPECT_EQ(sequence->steps[4].grid_y, 9u);
+  const Op expected[] = {Op::SegmentCount, Op::SegmentScan,       Op::SegmentScatter, Op::RmsNormBackward,
+                         Op::RmsNormTableGrad, Op::SegmentFold, Op::SegmentFold};
+  ASSERT_EQ(sequence->count, 7);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(sequence->steps[i].spec.op, expected[i]) << i;
+  EXPECT_EQ(sequence->steps[3].grid, 14u);  // dx: one row per block
   // dweight without the forward's weight is refused.
   FakeTensor dweight{10 * GiB, {H}, kBF16};
   EXPECT_NE(message_of(plan_rms_norm_backward({grad.t, x.t, nullptr, &scale.t, &index.t, rstd.t, 1e-5, &dx.t,
@@ -270,58 +260,6 @@ TEST(RmsNormBackwardValidation, ModulatedCallPlansEveryGradient) {
   double eps = 0;
   std::memcpy(&eps, &sequence->steps[3].params[7], sizeof eps);
   EXPECT_EQ(eps, 1e-5);
-}
-
-// The real module's case (modulated, trainable weight): dshift, dscale and dweight come from the
-// one pass; its accumulators take what shared memory the device allows, split by columns when a
-// row's do not fit (the sums and their order are the same). Without a modulation dweight runs
-// over tiles of 64 consecutive rows; dx alone keeps one row per block and no shared memory.
-TEST(RmsNormBackwardValidation, OnePassSizesItsWindowsToTheDevice) {
-  FakeTensor grad{1 * GiB, {2, 7, H}, kBF16}, x{2 * GiB, {2, 7, H}, kBF16}, weight{10 * GiB, {H}, kBF16};
-  FakeTensor scale{3 * GiB + H * 2, {9, H}, kBF16, {6 * H, 1}}, index{4 * GiB, {7}, kI64};
-  FakeTensor rstd{5 * GiB, {14}, kF32}, dx{6 * GiB, {2, 7, H}, kBF16}, dshift{7 * GiB, {9, H}, kBF16};
-  FakeTensor dscale{8 * GiB, {9, H}, kBF16}, dweight{11 * GiB, {H}, kBF16};
-  FakeTensor workspace{9 * GiB, {rms_norm_backward_workspace(14, 7, 9, H, true)}, kU8};
-  auto plan = [&](const DeviceTraits& device, bool modulated, bool sums) {
-    return plan_rms_norm_backward({grad.t, x.t, &weight.t, modulated ? &scale.t : nullptr,
-                                   modulated ? &index.t : nullptr, rstd.t, 1e-5, &dx.t, sums ? &dweight.t : nullptr,
-                                   modulated && sums ? &dshift.t : nullptr, modulated && sums ? &dscale.t : nullptr,
-                                   &workspace.t},
-                                  device);
-  };
-  const int steps = 11, per_step = 4 * 128 * 4;  // quad steps of H = 5376; bytes per float slot
-  auto h200 = plan(DeviceTraits{90, 132, 232448}, true, true);
-  ASSERT_TRUE(static_cast<bool>(h200)) << llvm::toString(h200.takeError());
-  ASSERT_EQ(h200->count, 7);  // plan, the pass, three folds
-  EXPECT_EQ(h200->steps[3].grid_y, 1u);
-  EXPECT_EQ(h200->steps[3].shared_bytes, 4u * steps * per_step);  // dshift, dscale, dweight (2)
-  // dweight folds every table row's sub-tiles, in plan order, into one row.
-  EXPECT_EQ(h200->steps[6].grid_y, 1u);
-  EXPECT_EQ(h200->steps[6].params[3], 9u);
-  EXPECT_EQ(h200->steps[6].params[4], 4u);
-  auto small = plan(DeviceTraits{75, 40, 65536}, true, true);
-  ASSERT_TRUE(static_cast<bool>(small)) << llvm::toString(small.takeError());
-  EXPECT_EQ(small->steps[3].grid_y, 2u);
-  EXPECT_EQ(small->steps[3].params[15], 7u);  // quad steps per window: (65536 - 1024) / (4 x 2048)
-  EXPECT_EQ(small->steps[3].shared_bytes, 4u * 7 * per_step);
-  for (int k = 0; k < 15; ++k) EXPECT_EQ(small->steps[3].params[k], h200->steps[3].params[k]) << k;
-
-  auto plain = plan(DeviceTraits{90, 132, 232448}, false, true);
-  ASSERT_TRUE(static_cast<bool>(plain)) << llvm::toString(plain.takeError());
-  ASSERT_EQ(plain->count, 2);  // no plan: the pass and dweight's fold
-  EXPECT_EQ(plain->steps[0].grid, 1u);  // 14 rows: one tile of 64 consecutive rows
-  EXPECT_EQ(plain->steps[0].params[14], 64u);
-  EXPECT_EQ(plain->steps[0].shared_bytes, 2u * steps * per_step);
-  EXPECT_EQ(plain->steps[1].params[1], 0u);  // no tile table
-  EXPECT_EQ(plain->steps[1].params[2], 1u);  // one tile
-
-  auto dx_only = plan(DeviceTraits{90, 132, 232448}, true, false);
-  ASSERT_TRUE(static_cast<bool>(dx_only)) << llvm::toString(dx_only.takeError());
-  ASSERT_EQ(dx_only->count, 1);
-  EXPECT_EQ(dx_only->steps[0].grid, 14u);
-  EXPECT_EQ(dx_only->steps[0].params[14], 1u);
-  EXPECT_EQ(dx_only->steps[0].shared_bytes, 0u);
-  for (int k : {9, 10, 11}) EXPECT_EQ(dx_only->steps[0].params[k], 0u) << k;  // no partials
 }
 
 TEST(AdalnRowGatherBackwardValidation, PlansTwoIndexKeysAndSixChunks) {

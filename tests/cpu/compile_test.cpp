@@ -29,13 +29,38 @@ using test::count;
 
 class CatalogCompile : public ::testing::TestWithParam<int> {};
 
-TEST_P(CatalogCompile, EverySpecCompilesToACubin) {
+// The catalog kernels ptxas spills registers in today (4-8 bytes each; issue 17 asks for none):
+// the test fails when one more kernel spills and when one of these stops, so the list stays true.
+bool known_to_spill(const KernelSpec& spec) {
+  const bool half = spec.dtype == DType::BF16 || spec.dtype == DType::F16;
+  switch (spec.target.sm) {
+    case 80: return spec.op == Op::RmsNormWeightGrad && half && spec.table_stride > 0;
+    case 90: return spec.op == Op::DetLinearWeightGrad && spec.dtype == DType::BF16 && spec.silu && spec.row_tile == 2;
+    case 100:
+      return spec.dtype == DType::F32 && ((spec.op == Op::AdalnRowGatherBackward && spec.vec == 4) ||
+                                          (spec.op == Op::RmsNormBackward && spec.table_stride == 0 && spec.weighted));
+    default: return false;
+  }
+}
+
+// Every shipped kernel compiles to a cubin, and ptxas's report of it (asked for with -v, which
+// changes nothing in the code it emits) shows no register spills but the known ones.
+TEST_P(CatalogCompile, EverySpecCompilesToACubinWithoutSpills) {
+  const std::regex function("Function properties for (\\w+)");
+  const std::regex spills("(\\d+) bytes spill stores, (\\d+) bytes spill loads");
   for (const KernelSpec& spec : default_catalog(Target{GetParam(), false})) {
-    auto output = nvrtc().compile(codegen::render(spec));
+    KernelSource source = codegen::render(spec);
+    source.options.push_back("--ptxas-options=-v");
+    auto output = nvrtc().compile(source);
     ASSERT_TRUE(static_cast<bool>(output)) << llvm::toString(output.takeError());
     EXPECT_FALSE(output->is_ptx);
     ASSERT_GT(output->image.size(), 4u);
     EXPECT_EQ(output->image.substr(0, 4), std::string("\x7f" "ELF", 4)) << spec.describe();
+    EXPECT_EQ(count(output->log, function), 1u) << spec.describe() << ": " << output->log;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(output->log, m, spills)) << spec.describe() << ": " << output->log;
+    const bool spilled = m[1].str() != "0" || m[2].str() != "0";
+    EXPECT_EQ(spilled, known_to_spill(spec)) << spec.describe() << ": " << m[0].str();
   }
 }
 

@@ -1,7 +1,6 @@
 // exactjit host models of the backward passes (see backward_model.hpp).
 #include "kernels/backward_model.hpp"
 
-#include "kernels/rms_norm_backward.hpp"
 #include "kernels/row_reduction_model.hpp"
 #include "kernels/segment_plan.hpp"
 #include "kernels/segment_plan_model.hpp"
@@ -31,32 +30,19 @@ void put(DType dtype, void* data, int64_t k, float v) {
   });
 }
 
-// The rows of each partial of table row k, in order: its plan tiles, each cut into pieces of
-// `positions` (kTilePositions: the tiles themselves).
-std::vector<std::vector<int64_t>> sum_tiles(const SegmentPlanModel& plan, int64_t k, int64_t positions) {
-  std::vector<std::vector<int64_t>> pieces;
-  for (int64_t t = plan.row_tile_start[k]; t < plan.row_tile_start[k + 1]; ++t) {
-    const std::vector<int64_t> rows = segment_tile_rows(plan, t);
-    for (size_t first = 0; first < rows.size(); first += static_cast<size_t>(positions))
-      pieces.emplace_back(rows.begin() + first, rows.begin() + std::min(rows.size(), first + positions));
-  }
-  return pieces;
-}
-
 // out(k, j) for every table row k and column j < width: the fold, from 0, of row k's tile
-// partials (tiles of `positions`), each the sum from 0 of the terms add_term(row, j, sum) adds
-// over the tile's rows in plan order. Tiles accumulate in Tile (SegmentSumFor<T> unless given),
-// the fold is compensated, as in the kernels.
-template <typename T, typename Tile = typename xj::SegmentSumFor<T>::type, typename AddTerm, typename Put>
-void segment_sums(const SegmentPlanModel& plan, int64_t table_rows, int64_t width, AddTerm add_term, Put out,
-                  int64_t positions = kTilePositions) {
+// partials, each the sum from 0 of the terms add_term(row, j, sum) adds over the tile's rows in
+// plan order. Tiles accumulate in SegmentSumFor<T>, the fold is compensated, as in the kernels.
+template <typename T, typename AddTerm, typename Put>
+void segment_sums(const SegmentPlanModel& plan, int64_t table_rows, int64_t width, AddTerm add_term, Put out) {
   std::vector<xj::CompensatedSum> fold(static_cast<size_t>(width));
+  using Tile = typename xj::SegmentSumFor<T>::type;
   std::vector<Tile> partial(static_cast<size_t>(width));
   for (int64_t k = 0; k < table_rows; ++k) {
     std::fill(fold.begin(), fold.end(), xj::CompensatedSum{});
-    for (const std::vector<int64_t>& tile : sum_tiles(plan, k, positions)) {
+    for (int64_t t = plan.row_tile_start[k]; t < plan.row_tile_start[k + 1]; ++t) {
       std::fill(partial.begin(), partial.end(), Tile{});
-      for (int64_t row : tile)
+      for (int64_t row : segment_tile_rows(plan, t))
         for (int64_t j = 0; j < width; ++j) add_term(row, j, partial[j]);
       for (int64_t j = 0; j < width; ++j) fold[j].add(partial[j].value());
     }
@@ -157,7 +143,7 @@ void rms_norm_table_grads_model(DType dtype, const void* grad, const void* x, co
     if (dshift)
       segment_sums<T>(
           plan, table_rows, hidden, [&](int64_t r, int64_t j, auto& sum) { sum.add(at<T>(grad, r * hidden + j)); },
-          [&](int64_t k, int64_t j, float v) { put(dtype, dshift, k * hidden + j, v); }, kNormSumTilePositions);
+          [&](int64_t k, int64_t j, float v) { put(dtype, dshift, k * hidden + j, v); });
     if (dscale)
       segment_sums<T>(
           plan, table_rows, hidden,
@@ -166,39 +152,27 @@ void rms_norm_table_grads_model(DType dtype, const void* grad, const void* x, co
             if (weight) n = xj::mul(at<T>(weight, j), n);
             sum.add_product(at<T>(grad, r * hidden + j), xj::to_float(xj::round_to<T>(n)));
           },
-          [&](int64_t k, int64_t j, float v) { put(dtype, dscale, k * hidden + j, v); }, kNormSumTilePositions);
+          [&](int64_t k, int64_t j, float v) { put(dtype, dscale, k * hidden + j, v); });
   });
 }
 
 void rms_norm_weight_grad_model(DType dtype, const void* grad, const void* x, const void* scale, int64_t table_stride,
-                                const std::vector<int64_t>& keys, int64_t table_rows, const float* rstd, int64_t rows,
-                                int64_t hidden, void* dweight) {
-  // The tiles in fold order: the table rows' lists (k ascending) where modulated, else
-  // consecutive rows.
-  std::vector<std::pair<int64_t, std::vector<int64_t>>> tiles;  // (table row, rows)
-  if (scale) {
-    const int64_t seq = static_cast<int64_t>(keys.size());
-    const SegmentPlanModel plan = segment_plan_model(keys, table_rows, rows / seq);
-    for (int64_t k = 0; k < table_rows; ++k)
-      for (std::vector<int64_t>& tile : sum_tiles(plan, k, kNormSumTilePositions)) tiles.emplace_back(k, std::move(tile));
-  } else {
-    for (int64_t first = 0; first < rows; first += kNormSumTilePositions) {
-      std::vector<int64_t> tile;
-      for (int64_t r = first; r < std::min(first + kNormSumTilePositions, rows); ++r) tile.push_back(r);
-      tiles.emplace_back(0, std::move(tile));
-    }
-  }
+                                const std::vector<int64_t>& keys, const float* rstd, int64_t rows, int64_t hidden,
+                                void* dweight) {
   with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
     std::vector<xj::CompensatedSum> fold(static_cast<size_t>(hidden)), partial(static_cast<size_t>(hidden));
-    for (const auto& [k, tile] : tiles) {
+    for (int64_t first = 0; first < rows; first += kTilePositions) {
       std::fill(partial.begin(), partial.end(), xj::CompensatedSum{});
-      for (int64_t r : tile)
+      for (int64_t r = first; r < std::min(first + kTilePositions, rows); ++r) {
+        const int64_t k = scale ? keys[r % static_cast<int64_t>(keys.size())] : 0;
+        if (k < 0) continue;
         for (int64_t j = 0; j < hidden; ++j) {
           float d = at<T>(grad, r * hidden + j);
           if (scale) d = xj::mul(d, xj::to_float(xj::round_to<T>(xj::add(1.0f, at<T>(scale, k * table_stride + j)))));
           partial[j].add_product(d, xj::mul(rstd[r], at<T>(x, r * hidden + j)));
         }
+      }
       for (int64_t j = 0; j < hidden; ++j) fold[j].add(partial[j].value());
     }
     for (int64_t j = 0; j < hidden; ++j) put(dtype, dweight, j, fold[j].value());

@@ -26,19 +26,16 @@ void gate_residual_backward_model(DType dtype, const void* grad, const void* gat
 void rms_norm_dx_row_model(DType dtype, const void* grad_row, const void* x_row, const void* weight,
                            const void* scale_row, int64_t hidden, float rstd, double eps, void* dx_row);
 
-/// rms_norm dshift and dscale (R, H): segment sums of grad and grad * n, n as in the forward, over
-/// sub-tiles of kNormSumTilePositions.
+/// rms_norm dshift and dscale (R, H): segment sums of grad and grad * n, n as in the forward.
 void rms_norm_table_grads_model(DType dtype, const void* grad, const void* x, const void* weight, const float* rstd,
                                 const std::vector<int64_t>& keys, int64_t table_rows, int64_t rows, int64_t hidden,
                                 void* dshift, void* dscale);
 
-/// rms_norm dweight (H,): d_n * rstd * x summed over tiles of kNormSumTilePositions rows, each
-/// compensated, folded in order. Plain: tiles of consecutive rows. With scale (a table of row
-/// stride table_stride): d_n = grad * rT(1 + scale[k]), the tiles of the table rows' lists in
-/// plan order (rows with a bad key are in none).
+/// rms_norm dweight (H,): tiles of 256 consecutive rows, d_n * rstd * x; with scale (a table of
+/// row stride table_stride) d_n = grad * rT(1 + scale[k]) and rows with a bad key are skipped.
 void rms_norm_weight_grad_model(DType dtype, const void* grad, const void* x, const void* scale, int64_t table_stride,
-                                const std::vector<int64_t>& keys, int64_t table_rows, const float* rstd, int64_t rows,
-                                int64_t hidden, void* dweight);
+                                const std::vector<int64_t>& keys, const float* rstd, int64_t rows, int64_t hidden,
+                                void* dweight);
 
 /// adaln_row_gather: d_rows (R, 6H) in out_dtype = segment sums of grad (6, S, H) by key.
 void adaln_row_gather_backward_model(DType dtype, DType out_dtype, const void* grad, const std::vector<int64_t>& keys,

@@ -182,7 +182,7 @@ llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateRe
                                           {"d_residual", "d_y", "d_gate", "d_weight", "d_shift", "d_scale", "workspace"}))
     return err;
 
-  // With grad_h, rms_norm's backward kernel becomes this op's: the same template, its dx adding grad_h. The
+  // With grad_h, rms_norm's dx kernel becomes this op's: the same template adding grad_h. The
   // plans' segment_count kernels, the first to meet a bad index, report it as this op's.
   for (int k = 0; k < sequence->count; ++k) {
     LaunchPlan& step = sequence->steps[k];
@@ -233,7 +233,7 @@ const OpRow kGateResidualRmsNormRow = {
     "gate_residual into h, then rms_norm of h (optionally modulated), in one pass", /*default_stride_in_h=*/6};
 const OpRow kGateResidualRmsNormBackwardRow = {
     Op::GateResidualRmsNormBackward, "gate_residual_rms_norm_backward", /*code=*/20, OpRole::Backward,
-    "gate_residual_rms_norm", SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/kNormRowThreads * kNormGroups,
+    "gate_residual_rms_norm", SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128,
     /*row_unroll=*/1, {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     rms_norm_dx_templates, dx_constants, rms_norm_rule, dx_family, [](DType dtype) { return h3_strides(Op::GateResidualRmsNormBackward, dtype, {6}); }};
 

@@ -22,9 +22,9 @@ namespace {
 
 // Listed by family, the row carrying the family's help line first: `exactjit --help` shows them
 // in this order.
-const std::array<const OpRow*, 18> kRows = {
+const std::array<const OpRow*, 20> kRows = {
     &kGateResidualRow,        &kGateResidualBackwardRow,        &kAdalnRowGatherRow,   &kAdalnRowGatherBackwardRow,
-    &kRmsNormRow,             &kRmsNormBackwardRow,
+    &kRmsNormRow,             &kRmsNormBackwardRow,             &kRmsNormTableGradRow, &kRmsNormWeightGradRow,
     &kGateResidualRmsNormRow, &kGateResidualRmsNormBackwardRow, &kTimestepSinusoidRow, &kTimestepSinusoidBackwardRow,
     &kDetLinearRow,           &kDetLinearInputGradRow,          &kDetLinearInputFoldRow, &kDetLinearWeightGradRow,
     &kSegmentCountRow,        &kSegmentScanRow,                 &kSegmentScatterRow,   &kSegmentFoldRow,

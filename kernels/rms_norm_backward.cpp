@@ -1,5 +1,5 @@
-// exactjit op rms_norm, backward: validate, then one kernel for dx and the parameter gradients'
-// tile partials (after the segment plan where modulated), then their folds.
+// exactjit op rms_norm, backward: validate, then dx, the table gradients (plan, tiles, folds)
+// and dweight (tiles, fold).
 #include "kernels/rms_norm_backward.hpp"
 
 #include "codegen/geometry.hpp"
@@ -18,43 +18,35 @@ namespace exactjit {
 namespace {
 constexpr std::string_view kOp = "rms_norm_backward";
 ArgName arg(std::string_view name) { return {kOp, name}; }
-constexpr int64_t kSubTiles = kTilePositions / kNormSumTilePositions;
-static_assert(kTilePositions % kNormSumTilePositions == 0, "sub-tiles cut plan tiles evenly");
 
-// Tile partials (one float per column) of each parameter gradient, after the plan where the
-// sums run over the table rows' lists.
 struct Regions {
   SegmentLayout layout;
-  int64_t tiles = 0;  ///< partial rows: plan tiles x kSubTiles, or tiles of consecutive rows
-  int64_t shift_partials = 0, scale_partials = 0, weight_partials = 0;
+  int64_t shift_partials = 0, scale_partials = 0, weight_partials = 0, weight_tiles = 0;
   int64_t end = 0;  ///< -1: beyond 64 bits (then the offsets are unusable)
 };
 
 Regions regions(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, bool weighted) {
   Regions r;
-  CheckedSize at = 0, tiles = CheckedSize(rows).ceil_div(kNormSumTilePositions);
+  CheckedSize at = 0;
   if (table_rows > 0) {
     r.layout = segment_layout(rows, seq, table_rows);
-    tiles = CheckedSize(r.layout.max_tiles) * kSubTiles;
+    const CheckedSize partials = align_workspace(CheckedSize(r.layout.max_tiles) * hidden * 4);
     at = r.layout.end;
-    const CheckedSize partials = align_workspace(tiles * hidden * 4);
     r.shift_partials = at.value_or(-1);
     at = at + partials;
     r.scale_partials = at.value_or(-1);
     at = at + partials;
   }
-  r.tiles = tiles.value_or(-1);
+  const CheckedSize weight_tiles = CheckedSize(rows).ceil_div(kTilePositions);
+  r.weight_tiles = weight_tiles.value_or(-1);
   if (weighted) {
     r.weight_partials = at.value_or(-1);
-    at = at + align_workspace(tiles * hidden * 4);
+    at = at + align_workspace(weight_tiles * hidden * 4);
   }
   r.end = at.value_or(-1);
   return r;
 }
-
 }  // namespace
-
-int norm_sum_steps(DType dtype) { return dtype == DType::F32 ? 2 : 3; }
 
 int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, bool weighted) {
   if (rows < 0 || seq < 1 || rows % seq != 0 || table_rows < 0 || hidden < 4 || hidden % 4 != 0 ||
@@ -132,80 +124,88 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
 
   LaunchSequence sequence;
   const bool table_grads = a.dshift || a.dscale;
-  const bool sums = table_grads || a.dweight;
-  if ((!a.dx && !sums) || rows == 0) return sequence;
+  if ((!a.dx && !a.dweight && !table_grads) || rows == 0) return sequence;
   const Regions r = regions(rows, seq, table_rows, hidden, a.weight != nullptr);
-  if (sums)
+  const bool needs_workspace = table_grads || a.dweight;
+  if (needs_workspace)
     if (auto err = require_workspace(arg("workspace"), a.workspace, r.end)) return err;
-  // The workspace is written only for the parameter gradients.
+  // The workspace is written only for the table and weight gradients.
   if (auto err = require_disjoint_outputs(
           kOp, tensors,
-          sums ? llvm::ArrayRef<std::string_view>({"dx", "dweight", "dshift", "dscale", "workspace"})
-               : llvm::ArrayRef<std::string_view>({"dx", "dweight", "dshift", "dscale"})))
+          needs_workspace ? llvm::ArrayRef<std::string_view>({"dx", "dweight", "dshift", "dscale", "workspace"})
+                          : llvm::ArrayRef<std::string_view>({"dx", "dweight", "dshift", "dscale"})))
     return err;
 
-  const uint64_t ws = sums ? data_address(*a.workspace) : 0;
+  const uint64_t ws = needs_workspace ? data_address(*a.workspace) : 0;
   const int device = a.x.device.device_id;
-  const bool segmented = sums && modulated;  // the sums run over the table rows' lists
-  if (segmented)
-    add_plan_launches(sequence, r.layout, ws, device, index_type, data_address(*a.index), 0, table_rows,
-                      Op::RmsNormBackward);
-  const KernelSpec spec = make_spec(Op::RmsNormBackward, *dtype, modulated ? index_type : IndexType::I64, hidden,
-                                    table_stride, 4, a.weight != nullptr);
-  // dx alone: one round of kNormGroups rows per block.
-  const int64_t blocks = segmented ? r.layout.max_tiles * kSubTiles : sums ? r.tiles : CheckedSize(rows).ceil_div(kNormGroups).value_or(-1);
-  if (blocks < 0 || blocks > INT_MAX) return invalid(arg("x"), fmt::format("has too many rows ({}) for one launch", rows));
-  const int64_t window_quads = int64_t{norm_sum_steps(*dtype)} * kNormRowThreads * kNormGroups;
-  LaunchPlan& kernel = sequence.add(spec, device, static_cast<uint32_t>(blocks), codegen::backward_threads(spec));
-  kernel.grid_y = static_cast<uint32_t>(sums ? (hidden / 4 + window_quads - 1) / window_quads : 1);
-  auto at_or_null = [&](const DLTensor* wanted, int64_t offset) { return wanted ? ws + offset : 0; };
-  for (uint64_t v : {data_address(a.grad), uint64_t{0}, data_address(a.x), a.weight ? data_address(*a.weight) : 0,
-                     modulated ? data_address(*a.scale) : 0, modulated ? data_address(*a.index) : 0,
-                     data_address(a.rstd)})
-    kernel.push(v);  // no residual gradient (slot 1): dx is the norm's alone
-  kernel.push_double(a.eps);  // fp32 dx recomputes rstd (in fp64) instead of reading the forward's
-  for (uint64_t v : {a.dx ? data_address(*a.dx) : 0, at_or_null(a.dshift, r.shift_partials),
-                     at_or_null(a.dscale, r.scale_partials), at_or_null(a.dweight, r.weight_partials),
-                     static_cast<uint64_t>(rows), static_cast<uint64_t>(table_rows),
-                     static_cast<uint64_t>(sums ? kNormSumTilePositions : kNormGroups)})
-    kernel.push(v);
-  if (segmented) {
-    push_plan_params(kernel, r.layout, ws);
-  } else {
-    for (int k = 0; k < 5; ++k) kernel.push(0);  // no plan: tiles of consecutive rows
-    kernel.push(static_cast<uint64_t>(seq));
-    kernel.push(static_cast<uint64_t>(rows / seq));
+  const uint64_t weight = a.weight ? data_address(*a.weight) : 0;
+  const uint64_t scale = modulated ? data_address(*a.scale) : 0;
+  const uint64_t index = modulated ? data_address(*a.index) : 0;
+  if (table_grads)
+    add_plan_launches(sequence, r.layout, ws, device, index_type, index, 0, table_rows, Op::RmsNormBackward);
+  if (a.dx) {
+    const KernelSpec spec = make_spec(Op::RmsNormBackward, *dtype, modulated ? index_type : IndexType::I64, hidden,
+                                      table_stride, 4, a.weight != nullptr);
+    if (rows > INT_MAX) return invalid(arg("x"), fmt::format("has too many rows ({}) for one launch", rows));
+    LaunchPlan& dx = sequence.add(spec, device, static_cast<uint32_t>(rows), codegen::backward_threads(spec));
+    for (uint64_t v : {data_address(a.grad), uint64_t{0}, data_address(a.x), weight, scale, index, data_address(a.rstd)})
+      dx.push(v);  // no residual gradient: dx is the norm's alone
+    dx.push_double(a.eps);  // fp32 dx recomputes rstd (in fp64) instead of reading the forward's
+    for (uint64_t v : {data_address(*a.dx), static_cast<uint64_t>(rows), static_cast<uint64_t>(seq),
+                       static_cast<uint64_t>(table_rows)})
+      dx.push(v);
   }
-
-  const FoldShape sub_tiles{kSubTiles, false};
-  for (const auto& [out, offset] : {std::pair{a.dshift, r.shift_partials}, {a.dscale, r.scale_partials}})
-    if (out)
-      add_fold_launch(sequence, &r.layout, ws, device, *dtype, ws + offset, r.tiles, hidden, data_address(*out),
-                      sub_tiles);
-  if (a.dweight)
-    add_fold_launch(sequence, segmented ? &r.layout : nullptr, ws, device, *dtype, ws + r.weight_partials, r.tiles,
-                    hidden, data_address(*a.dweight), FoldShape{segmented ? kSubTiles : 1, true});
+  auto add_param_tiles = [&](Op op, uint32_t grid, uint64_t first, uint64_t second) {
+    const KernelSpec spec = make_spec(op, *dtype, op == Op::RmsNormWeightGrad && modulated ? index_type : IndexType::I64,
+                                      hidden, op == Op::RmsNormWeightGrad ? table_stride : 0, 4,
+                                      op == Op::RmsNormTableGrad && a.weight != nullptr);
+    LaunchPlan& tiles = sequence.add(spec, device, grid, codegen::backward_threads(spec));
+    tiles.grid_y = static_cast<uint32_t>(codegen::column_slices(spec));
+    for (uint64_t v : {data_address(a.grad), data_address(a.x), weight, scale, index, data_address(a.rstd), first,
+                       second, static_cast<uint64_t>(rows), static_cast<uint64_t>(table_rows)})
+      tiles.push(v);
+    if (op == Op::RmsNormTableGrad) {
+      push_plan_params(tiles, r.layout, ws);
+    } else {
+      for (int k = 0; k < 5; ++k) tiles.push(0);  // no plan: tiles of consecutive rows
+      tiles.push(static_cast<uint64_t>(seq));
+      tiles.push(static_cast<uint64_t>(rows / seq));
+    }
+  };
+  if (table_grads) {
+    add_param_tiles(Op::RmsNormTableGrad, static_cast<uint32_t>(r.layout.max_tiles),
+                    a.dshift ? ws + r.shift_partials : 0, a.dscale ? ws + r.scale_partials : 0);
+    if (a.dshift)
+      add_fold_launch(sequence, &r.layout, ws, device, *dtype, ws + r.shift_partials, r.layout.max_tiles, hidden,
+                      data_address(*a.dshift));
+    if (a.dscale)
+      add_fold_launch(sequence, &r.layout, ws, device, *dtype, ws + r.scale_partials, r.layout.max_tiles, hidden,
+                      data_address(*a.dscale));
+  }
+  if (a.dweight) {
+    if (r.weight_tiles > INT_MAX) return invalid(arg("x"), "has too many rows");
+    add_param_tiles(Op::RmsNormWeightGrad, static_cast<uint32_t>(r.weight_tiles), ws + r.weight_partials, 0);
+    add_fold_launch(sequence, nullptr, ws, device, *dtype, ws + r.weight_partials, r.weight_tiles, hidden,
+                    data_address(*a.dweight));
+  }
   return sequence;
 }
 
 std::vector<std::string_view> rms_norm_dx_templates(const KernelSpec&) {
-  return {"quad_io.cuh", "fixed_order_sum.cuh", "row_sum.cuh", "segment_tiles.cuh", "rms_norm_backward.cuh"};
+  return {"quad_io.cuh", "fixed_order_sum.cuh", "row_sum.cuh", "rms_norm_backward.cuh"};
 }
 
 std::string rms_norm_dx_constants(const KernelSpec& spec, bool residual_grad) {
-  return render_backward_constants(spec) +
-         fmt::format("constexpr bool kResidualGrad = {};\n"
-                     "constexpr int kGroups = {};  // rows whose dx one block forms at once\n"
-                     "constexpr int kSumSteps = {};  // accumulated quads per thread and column window\n"
-                     "constexpr long long kSumTilePositions = {};\n"
-                     "constexpr long long kSubTiles = {};  // sum tiles per plan tile\n",
-                     residual_grad, kNormGroups, norm_sum_steps(spec.dtype), kNormSumTilePositions, kSubTiles);
+  return render_backward_constants(spec) + fmt::format("constexpr bool kResidualGrad = {};\n", residual_grad);
 }
 
 namespace {
+std::vector<std::string_view> param_grad_templates(const KernelSpec&) {
+  return {"quad_io.cuh", "fixed_order_sum.cuh", "segment_tiles.cuh", "rms_norm_param_grad.cuh"};
+}
 // dx, of the norm alone (gate_residual_rms_norm's backward adds the residual gradient).
 std::string dx_constants(const KernelSpec& spec) { return rms_norm_dx_constants(spec, false); }
-// Both index types where modulated, weighted and unweighted.
+// dx: both index types where modulated, weighted and unweighted.
 std::vector<KernelSpec> dx_family(DType dtype, int64_t hidden, int64_t table_stride) {
   std::vector<KernelSpec> specs;
   for (IndexType index : index_types_for(table_stride))
@@ -213,12 +213,35 @@ std::vector<KernelSpec> dx_family(DType dtype, int64_t hidden, int64_t table_str
       specs.push_back(make_spec(Op::RmsNormBackward, dtype, index, hidden, table_stride, 4, weighted));
   return specs;
 }
+// dshift/dscale over segment tiles of table rows: the table stride is not the kernel's.
+std::vector<KernelSpec> table_grad_family(DType dtype, int64_t hidden, int64_t) {
+  return {make_spec(Op::RmsNormTableGrad, dtype, IndexType::I64, hidden, 0, 4, true),
+          make_spec(Op::RmsNormTableGrad, dtype, IndexType::I64, hidden, 0, 4, false)};
+}
+std::vector<KernelSpec> weight_grad_family(DType dtype, int64_t hidden, int64_t table_stride) {
+  std::vector<KernelSpec> specs;
+  for (IndexType index : index_types_for(table_stride))
+    specs.push_back(make_spec(Op::RmsNormWeightGrad, dtype, index, hidden, table_stride, 4));
+  return specs;
+}
 }  // namespace
 
 const OpRow kRmsNormBackwardRow = {
     Op::RmsNormBackward, "rms_norm_backward", /*code=*/8, OpRole::Backward, "rms_norm",
-    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/kNormRowThreads * kNormGroups, /*row_unroll=*/1,
+    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     rms_norm_dx_templates, dx_constants, rms_norm_rule, dx_family, [](DType dtype) { return h3_strides(Op::RmsNormBackward, dtype, {0, 6, 2}); }};
+// The parameter tiles keep row_unroll 4: 16 cost more at large S (160 registers, fewer blocks per
+// SM) than they gained at small S (docs/perf-notes.md, backward v3).
+const OpRow kRmsNormTableGradRow = {
+    Op::RmsNormTableGrad, "rms_norm_table_grad", /*code=*/9, OpRole::Backward, "rms_norm",
+    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/4,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    param_grad_templates, render_table_grad_constants, rms_norm_rule, table_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormTableGrad, dtype, {0}); }};
+const OpRow kRmsNormWeightGradRow = {
+    Op::RmsNormWeightGrad, "rms_norm_weight_grad", /*code=*/10, OpRole::Backward, "rms_norm",
+    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/4,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    param_grad_templates, render_backward_constants, rms_norm_rule, weight_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormWeightGrad, dtype, {0, 6, 2}); }};
 
 }  // namespace exactjit

@@ -1,7 +1,6 @@
-// exactjit op rms_norm, backward (NUMERICS.md; docs/backward.md): one pass forms dx in the
-// forward's reduction shape and the parameter gradients' tile partials: dshift, dscale and (where
-// modulated) dweight over sub-tiles of the table rows' lists, unmodulated dweight over tiles of
-// consecutive rows (n recomputed exactly as in the forward); folds finish the sums.
+// exactjit op rms_norm, backward (NUMERICS.md; docs/backward.md): dx row-local in the forward's
+// reduction shape; dweight over fixed tiles of 256 consecutive rows; dshift and dscale as
+// segment sums over the table rows (n recomputed exactly as in the forward).
 #pragma once
 
 #include "codegen/op_row.hpp"
@@ -27,28 +26,19 @@ struct RmsNormBackwardArgs {
   const DLTensor* workspace;  ///< uint8, rms_norm_backward_workspace bytes
 };
 
-/// The backward kernel's shape: positions per tile of the parameter sums (a quarter of a
-/// segment-plan tile: more blocks at small S); threads that form one row's dx (the forward's
-/// reduction shape) and such groups per block.
-inline constexpr int64_t kNormSumTilePositions = 64;
-inline constexpr int kNormRowThreads = 128;
-inline constexpr int kNormGroups = 4;
-
-/// Quads each thread accumulates per column window, in registers: 3 (bf16/fp16: one window up to
-/// H = 6144), 2 for fp32 (its sums take twice the registers).
-int norm_sum_steps(DType dtype);
-
 /// Workspace bytes (table_rows 0 = plain; -1: invalid shapes).
 int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, bool weighted);
 
 llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs& args);
 
-/// The backward kernel's templates and constants; with residual_grad its dx adds the residual
-/// stream's gradient (gate_residual_rms_norm's backward runs the same template).
+/// The dx kernel's templates and constants; with residual_grad it adds the residual stream's
+/// gradient (gate_residual_rms_norm's backward runs the same template).
 std::vector<std::string_view> rms_norm_dx_templates(const KernelSpec& spec);
 std::string rms_norm_dx_constants(const KernelSpec& spec, bool residual_grad);
 
-/// The row of rms_norm's backward kernel.
+/// The rows of rms_norm's backward kernels: dx, the table gradients, the weight gradient.
 extern const OpRow kRmsNormBackwardRow;
+extern const OpRow kRmsNormTableGradRow;
+extern const OpRow kRmsNormWeightGradRow;
 
 }  // namespace exactjit

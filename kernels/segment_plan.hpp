@@ -48,18 +48,10 @@ inline constexpr int kSegmentCountReportCode = 5;
 /// Pushes the seven plan parameters of a tile kernel (templates/segment_tiles.cuh).
 void push_plan_params(LaunchPlan& plan, const SegmentLayout& layout, uint64_t workspace);
 
-/// How a fold reads the tile partials: `sub_tiles` partial rows per plan tile; with whole_table,
-/// one output row that folds every table row's tiles in order.
-struct FoldShape {
-  int64_t sub_tiles = 1;
-  bool whole_table = false;
-};
-
 /// Appends the fold of `partials` (tiles x width floats) into out (R x width, dtype), one row per
 /// table row of the plan, or a single row of `tiles` tiles when layout is null.
 void add_fold_launch(LaunchSequence& sequence, const SegmentLayout* layout, uint64_t workspace, int device_id,
-                     DType dtype, uint64_t partials, int64_t tiles, int64_t width, uint64_t out,
-                     FoldShape shape = {});
+                     DType dtype, uint64_t partials, int64_t tiles, int64_t width, uint64_t out);
 
 /// The rows of the segment plan's kernels and of the fold.
 extern const OpRow kSegmentCountRow;

@@ -1,8 +1,6 @@
 // Segment sums, last step: out[k, J] = rT(sum over row k's tiles t, ascending, of
 // partials[t, J]), summed from zero, compensated; a row without positions gets 0. Without a
 // tile table (weight gradients: contiguous tiles of rows) there is one row of `tiles` tiles.
-// With sub_tiles > 1 each plan tile left that many partial rows (rms_norm: sub-tiles of
-// kSumTilePositions); with row_span R one output row folds the tiles of R table rows in order.
 namespace segment_fold {
 typedef xj::StorageOf<spec::kDType>::type T;
 constexpr int kThreads = 256;
@@ -10,14 +8,13 @@ constexpr int kThreads = 256;
 
 extern "C" __global__ void __launch_bounds__(segment_fold::kThreads)
 XJ_ENTRY(const float* __restrict__ partials, const int* __restrict__ row_tile_start, long long tiles,
-         long long row_span, long long sub_tiles, long long width, segment_fold::T* __restrict__ out,
-         xj::ErrorRecord* errors) {
+         long long width, segment_fold::T* __restrict__ out, xj::ErrorRecord* errors) {
   using namespace segment_fold;
   const long long column = (long long)blockIdx.x * kThreads + threadIdx.x;
   const long long row = blockIdx.y;
   if (column >= width) return;
-  const long long first = row_tile_start ? row_tile_start[row] * sub_tiles : 0;
-  const long long last = row_tile_start ? row_tile_start[row + row_span] * sub_tiles : tiles;
+  const long long first = row_tile_start ? row_tile_start[row] : 0;
+  const long long last = row_tile_start ? row_tile_start[row + 1] : tiles;
   xj::CompensatedSum sum;
   for (long long t = first; t < last; ++t) sum.add(partials[t * width + column]);
   out[row * width + column] = xj::round_to<T>(sum.value());

@@ -233,21 +233,11 @@ TEST(RmsNormBackwardValidation, ModulatedCallPlansEveryGradient) {
   auto sequence = plan_rms_norm_backward(
       {grad.t, x.t, nullptr, &scale.t, &index.t, rstd.t, 1e-5, &dx.t, nullptr, &dshift.t, &dscale.t, &workspace.t});
   ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
-  const Op expected[] = {Op::SegmentCount,    Op::SegmentScan, Op::SegmentScatter,
-                         Op::RmsNormBackward, Op::SegmentFold, Op::SegmentFold};
-  ASSERT_EQ(sequence->count, 6);
-  for (int i = 0; i < 6; ++i) EXPECT_EQ(sequence->steps[i].spec.op, expected[i]) << i;
-  // One pass: a block of 4 x 128 threads per sub-tile of 64 positions, four per plan tile (at most
-  // ceil(14 / 256) + 9 plan tiles), the accumulators in registers (3 x 512 quads cover H = 5376).
-  const LaunchPlan& pass = sequence->steps[3];
-  EXPECT_EQ(pass.grid, 40u);
-  EXPECT_EQ(pass.grid_y, 1u);
-  EXPECT_EQ(pass.threads, 512u);
-  EXPECT_EQ(pass.shared_bytes, 0u);
-  EXPECT_EQ(pass.params[14], 64u);  // tile rows (unused with a plan)
-  // The folds read four partial rows per plan tile, one output row per table row.
-  EXPECT_EQ(sequence->steps[4].params[4], 4u);
-  EXPECT_EQ(sequence->steps[4].grid_y, 9u);
+  const Op expected[] = {Op::SegmentCount, Op::SegmentScan,       Op::SegmentScatter, Op::RmsNormBackward,
+                         Op::RmsNormTableGrad, Op::SegmentFold, Op::SegmentFold};
+  ASSERT_EQ(sequence->count, 7);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(sequence->steps[i].spec.op, expected[i]) << i;
+  EXPECT_EQ(sequence->steps[3].grid, 14u);  // dx: one row per block
   // dweight without the forward's weight is refused.
   FakeTensor dweight{10 * GiB, {H}, kBF16};
   EXPECT_NE(message_of(plan_rms_norm_backward({grad.t, x.t, nullptr, &scale.t, &index.t, rstd.t, 1e-5, &dx.t,
@@ -270,57 +260,6 @@ TEST(RmsNormBackwardValidation, ModulatedCallPlansEveryGradient) {
   double eps = 0;
   std::memcpy(&eps, &sequence->steps[3].params[7], sizeof eps);
   EXPECT_EQ(eps, 1e-5);
-}
-
-// The real module's case (modulated, trainable weight): dshift, dscale and dweight come from the
-// one pass. Each thread accumulates 3 quads of a column window (2 in fp32), so wider rows split by
-// columns (the sums and their order are the same). Without a modulation dweight runs over tiles
-// of 64 consecutive rows; dx alone takes one round of 4 rows per block.
-TEST(RmsNormBackwardValidation, OnePassSplitsWideRowsByColumns) {
-  auto plan = [&](int64_t hidden, DLDataType dtype, bool modulated, bool sums) {
-    const int64_t elem = dtype.bits / 8;
-    FakeTensor grad{1 * GiB, {2, 7, hidden}, dtype}, x{2 * GiB, {2, 7, hidden}, dtype}, weight{10 * GiB, {hidden}, dtype};
-    FakeTensor scale{3 * GiB + hidden * elem, {9, hidden}, dtype, {6 * hidden, 1}}, index{4 * GiB, {7}, kI64};
-    FakeTensor rstd{5 * GiB, {14}, kF32}, dx{6 * GiB, {2, 7, hidden}, dtype}, dshift{7 * GiB, {9, hidden}, dtype};
-    FakeTensor dscale{8 * GiB, {9, hidden}, dtype}, dweight{11 * GiB, {hidden}, dtype};
-    FakeTensor workspace{9 * GiB, {rms_norm_backward_workspace(14, 7, 9, hidden, true)}, kU8};
-    return plan_rms_norm_backward({grad.t, x.t, &weight.t, modulated ? &scale.t : nullptr,
-                                   modulated ? &index.t : nullptr, rstd.t, 1e-5, &dx.t, sums ? &dweight.t : nullptr,
-                                   modulated && sums ? &dshift.t : nullptr, modulated && sums ? &dscale.t : nullptr,
-                                   &workspace.t});
-  };
-  auto block = plan(H, kBF16, true, true);
-  ASSERT_TRUE(static_cast<bool>(block)) << llvm::toString(block.takeError());
-  ASSERT_EQ(block->count, 7);  // plan, the pass, three folds
-  EXPECT_EQ(block->steps[3].grid_y, 1u);
-  EXPECT_EQ(block->steps[3].threads, 512u);
-  // dweight folds every table row's sub-tiles, in plan order, into one row.
-  EXPECT_EQ(block->steps[6].grid_y, 1u);
-  EXPECT_EQ(block->steps[6].params[3], 9u);
-  EXPECT_EQ(block->steps[6].params[4], 4u);
-  auto fp32 = plan(H, kF32, true, true);
-  ASSERT_TRUE(static_cast<bool>(fp32)) << llvm::toString(fp32.takeError());
-  EXPECT_EQ(fp32->steps[3].grid_y, 2u);  // 1344 quads, 1024 per window
-  auto wide = plan(16384, kBF16, true, true);
-  ASSERT_TRUE(static_cast<bool>(wide)) << llvm::toString(wide.takeError());
-  EXPECT_EQ(wide->steps[3].grid_y, 3u);  // 4096 quads, 1536 per window
-  EXPECT_EQ(wide->steps[3].grid, block->steps[3].grid);
-
-  auto plain = plan(H, kBF16, false, true);
-  ASSERT_TRUE(static_cast<bool>(plain)) << llvm::toString(plain.takeError());
-  ASSERT_EQ(plain->count, 2);  // no plan: the pass and dweight's fold
-  EXPECT_EQ(plain->steps[0].grid, 1u);  // 14 rows: one tile of 64 consecutive rows
-  EXPECT_EQ(plain->steps[0].params[14], 64u);
-  EXPECT_EQ(plain->steps[1].params[1], 0u);  // no tile table
-  EXPECT_EQ(plain->steps[1].params[2], 1u);  // one tile
-
-  auto dx_only = plan(16384, kBF16, true, false);
-  ASSERT_TRUE(static_cast<bool>(dx_only)) << llvm::toString(dx_only.takeError());
-  ASSERT_EQ(dx_only->count, 1);
-  EXPECT_EQ(dx_only->steps[0].grid, 4u);  // ceil(14 / 4)
-  EXPECT_EQ(dx_only->steps[0].grid_y, 1u);  // no sums: no windows
-  EXPECT_EQ(dx_only->steps[0].params[14], 4u);
-  for (int k : {9, 10, 11}) EXPECT_EQ(dx_only->steps[0].params[k], 0u) << k;  // no partials
 }
 
 TEST(AdalnRowGatherBackwardValidation, PlansTwoIndexKeysAndSixChunks) {

@@ -1,0 +1,98 @@
+// rms_norm backward, parameter gradients as tile partials (folded by segment_fold), with
+// n = rT(mul(w, mul(rstd, x))) recomputed exactly as in the forward (no w: rT(mul(rstd, x))):
+// - kSegmented (modulated form): one block per (segment tile of table row k, column slice); over
+//   the tile's rows in list order, from 0: first += grad (dshift), second += mul(grad, n) (dscale).
+// - otherwise (dweight): one block per (tile of kTilePositions consecutive rows, column slice), in
+//   row order, from 0: first += mul(d_n, mul(rstd, x)), d_n = grad or, modulated,
+//   mul(grad, rT(add(1, scale[i]))) (rows with a bad index are skipped; the dx kernel and the
+//   plan report it).
+// Each thread owns one 4-element quad of columns; rows are loaded kRowUnroll at a time and added
+// strictly in order: dshift/dscale with SegmentSumFor<T> (compensated for fp32, plain for
+// bf16/fp16), dweight always compensated (it sums all M rows: with plain fp32 tiles, bf16/fp16
+// dweight lost to eager in 8 of 32 cases at the 5th digit); fixed_order_sum.cuh.
+namespace rms_norm_param_grad {
+
+typedef xj::StorageOf<spec::kDType>::type T;
+typedef xj::IndexOf<spec::kIndexBytes>::type Index;
+typedef xj::Quad<T> Quad;
+template <bool kCompensated> struct SumOf { typedef xj::CompensatedSum type; };
+template <> struct SumOf<false> { typedef xj::SegmentSumFor<T>::type type; };
+typedef SumOf<!spec::kSegmented>::type Sum;
+
+constexpr int kQuads = spec::kHidden / 4;
+constexpr bool kModulated = spec::kTableStride > 0;
+
+static_assert(spec::kHidden % 4 == 0, "rms_norm needs H % 4 == 0");
+
+}  // namespace rms_norm_param_grad
+
+extern "C" __global__ void __launch_bounds__(spec::kThreads)
+XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_grad::T* __restrict__ x,
+         const rms_norm_param_grad::T* __restrict__ weight, const rms_norm_param_grad::T* __restrict__ scale,
+         const rms_norm_param_grad::Index* __restrict__ index, const float* __restrict__ rstd,
+         float* __restrict__ first_partials, float* __restrict__ second_partials, long long rows,
+         long long table_rows, XJ_SEGMENT_PLAN_PARAMS, xj::ErrorRecord* errors) {
+  using namespace rms_norm_param_grad;
+  const xj::SegmentPlan plan = XJ_SEGMENT_PLAN;
+  const int quad = blockIdx.y * spec::kThreads + threadIdx.x;
+  if (quad >= kQuads) return;
+  const int col = 4 * quad;
+  long long first_j = 0, end_j = 0;
+  xj::SegmentTile tile;
+  if (spec::kSegmented) {
+    if (!xj::segment_tile(plan, blockIdx.x, tile)) return;
+    first_j = tile.first;
+    end_j = tile.end;
+  } else {
+    first_j = (long long)blockIdx.x * spec::kTilePositions;
+    end_j = first_j + spec::kTilePositions < rows ? first_j + spec::kTilePositions : rows;
+  }
+  Quad w;
+  if (spec::kSegmented && spec::kWeighted) xj::load_quad(w, weight + col);
+  Sum first[4], second[4];
+  for (long long j0 = first_j; j0 < end_j; j0 += spec::kRowUnroll) {
+    Quad g[spec::kRowUnroll], xv[spec::kRowUnroll], sc[spec::kRowUnroll];
+    float r[spec::kRowUnroll];
+    bool use[spec::kRowUnroll];
+#pragma unroll
+    for (int u = 0; u < spec::kRowUnroll; ++u) {
+      use[u] = j0 + u < end_j;
+      if (!use[u]) continue;
+      const long long row = spec::kSegmented ? xj::segment_row(plan, tile, j0 + u) : j0 + u;
+      if (!spec::kSegmented && kModulated) {
+        const long long i = (long long)index[row % plan.seq];
+        use[u] = i >= 0 && i < table_rows;
+        if (!use[u]) continue;
+        xj::load_quad(sc[u], scale + i * spec::kTableStride + col);
+      }
+      r[u] = rstd[row];
+      xj::load_quad(g[u], grad + row * spec::kHidden + col);
+      xj::load_quad(xv[u], x + row * spec::kHidden + col);
+    }
+#pragma unroll
+    for (int u = 0; u < spec::kRowUnroll; ++u) {
+      if (!use[u]) continue;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float gv = xj::to_float(g[u].v[e]);
+        const float xhat = xj::mul(r[u], xj::to_float(xv[u].v[e]));
+        if (spec::kSegmented) {
+          float n = xhat;
+          if (spec::kWeighted) n = xj::mul(xj::to_float(w.v[e]), n);
+          first[e].add(gv);
+          second[e].add_product(gv, xj::to_float(xj::round_to<T>(n)));
+        } else {
+          float d = gv;
+          if (kModulated) d = xj::mul(d, xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(sc[u].v[e])))));
+          first[e].add_product(d, xhat);
+        }
+      }
+    }
+  }
+  const long long at = (long long)blockIdx.x * spec::kHidden + col;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    if (first_partials) first_partials[at + e] = first[e].value();
+    if (spec::kSegmented && second_partials) second_partials[at + e] = second[e].value();
+  }
+}

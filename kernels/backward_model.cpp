@@ -157,22 +157,34 @@ void rms_norm_table_grads_model(DType dtype, const void* grad, const void* x, co
 }
 
 void rms_norm_weight_grad_model(DType dtype, const void* grad, const void* x, const void* scale, int64_t table_stride,
-                                const std::vector<int64_t>& keys, const float* rstd, int64_t rows, int64_t hidden,
-                                void* dweight) {
+                                const std::vector<int64_t>& keys, int64_t table_rows, const float* rstd, int64_t rows,
+                                int64_t hidden, void* dweight) {
+  // The tiles in fold order, (table row, rows): modulated, the plan's tiles of every table row's
+  // list, k ascending; plain, kTilePositions consecutive rows.
+  std::vector<std::pair<int64_t, std::vector<int64_t>>> tiles;
+  if (scale) {
+    const SegmentPlanModel plan = segment_plan_model(keys, table_rows, rows / static_cast<int64_t>(keys.size()));
+    for (int64_t k = 0; k < table_rows; ++k)
+      for (int64_t t = plan.row_tile_start[k]; t < plan.row_tile_start[k + 1]; ++t)
+        tiles.emplace_back(k, segment_tile_rows(plan, t));
+  } else {
+    for (int64_t first = 0; first < rows; first += kTilePositions) {
+      std::vector<int64_t> tile;
+      for (int64_t r = first; r < std::min(first + kTilePositions, rows); ++r) tile.push_back(r);
+      tiles.emplace_back(0, std::move(tile));
+    }
+  }
   with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
     std::vector<xj::CompensatedSum> fold(static_cast<size_t>(hidden)), partial(static_cast<size_t>(hidden));
-    for (int64_t first = 0; first < rows; first += kTilePositions) {
+    for (const auto& [k, tile] : tiles) {
       std::fill(partial.begin(), partial.end(), xj::CompensatedSum{});
-      for (int64_t r = first; r < std::min(first + kTilePositions, rows); ++r) {
-        const int64_t k = scale ? keys[r % static_cast<int64_t>(keys.size())] : 0;
-        if (k < 0) continue;
+      for (int64_t r : tile)
         for (int64_t j = 0; j < hidden; ++j) {
           float d = at<T>(grad, r * hidden + j);
           if (scale) d = xj::mul(d, xj::to_float(xj::round_to<T>(xj::add(1.0f, at<T>(scale, k * table_stride + j)))));
           partial[j].add_product(d, xj::mul(rstd[r], at<T>(x, r * hidden + j)));
         }
-      }
       for (int64_t j = 0; j < hidden; ++j) fold[j].add(partial[j].value());
     }
     for (int64_t j = 0; j < hidden; ++j) put(dtype, dweight, j, fold[j].value());

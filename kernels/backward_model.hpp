@@ -31,11 +31,13 @@ void rms_norm_table_grads_model(DType dtype, const void* grad, const void* x, co
                                 const std::vector<int64_t>& keys, int64_t table_rows, int64_t rows, int64_t hidden,
                                 void* dshift, void* dscale);
 
-/// rms_norm dweight (H,): tiles of 256 consecutive rows, d_n * rstd * x; with scale (a table of
-/// row stride table_stride) d_n = grad * rT(1 + scale[k]) and rows with a bad key are skipped.
+/// rms_norm dweight (H,): d_n * rstd * x summed over tiles, each compensated, folded in order.
+/// Plain: tiles of 256 consecutive rows. With scale (a table of row stride table_stride):
+/// d_n = grad * rT(1 + scale[k]) and the tiles are the segment plan's, every table row's list in
+/// turn (rows with a bad key are in none).
 void rms_norm_weight_grad_model(DType dtype, const void* grad, const void* x, const void* scale, int64_t table_stride,
-                                const std::vector<int64_t>& keys, const float* rstd, int64_t rows, int64_t hidden,
-                                void* dweight);
+                                const std::vector<int64_t>& keys, int64_t table_rows, const float* rstd, int64_t rows,
+                                int64_t hidden, void* dweight);
 
 /// adaln_row_gather: d_rows (R, 6H) in out_dtype = segment sums of grad (6, S, H) by key.
 void adaln_row_gather_backward_model(DType dtype, DType out_dtype, const void* grad, const std::vector<int64_t>& keys,

@@ -1,5 +1,6 @@
-// exactjit op rms_norm, backward: validate, then dx, the table gradients (plan, tiles, folds)
-// and dweight (tiles, fold).
+// exactjit op rms_norm, backward: validate, then dx and the parameter gradients: modulated, one
+// plan and one pass of tiles for dshift, dscale and dweight, then their folds; plain, dweight's
+// tiles of consecutive rows and their fold.
 #include "kernels/rms_norm_backward.hpp"
 
 #include "codegen/geometry.hpp"
@@ -19,6 +20,8 @@ namespace {
 constexpr std::string_view kOp = "rms_norm_backward";
 ArgName arg(std::string_view name) { return {kOp, name}; }
 
+// Tile partials of dshift and dscale (plan tiles) and of dweight: the same plan tiles where
+// modulated (one pass over the rows adds all three), tiles of consecutive rows where not.
 struct Regions {
   SegmentLayout layout;
   int64_t shift_partials = 0, scale_partials = 0, weight_partials = 0, weight_tiles = 0;
@@ -27,7 +30,7 @@ struct Regions {
 
 Regions regions(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, bool weighted) {
   Regions r;
-  CheckedSize at = 0;
+  CheckedSize at = 0, weight_tiles = CheckedSize(rows).ceil_div(kTilePositions);
   if (table_rows > 0) {
     r.layout = segment_layout(rows, seq, table_rows);
     const CheckedSize partials = align_workspace(CheckedSize(r.layout.max_tiles) * hidden * 4);
@@ -36,8 +39,8 @@ Regions regions(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, b
     at = at + partials;
     r.scale_partials = at.value_or(-1);
     at = at + partials;
+    weight_tiles = r.layout.max_tiles;
   }
-  const CheckedSize weight_tiles = CheckedSize(rows).ceil_div(kTilePositions);
   r.weight_tiles = weight_tiles.value_or(-1);
   if (weighted) {
     r.weight_partials = at.value_or(-1);
@@ -141,7 +144,9 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
   const uint64_t weight = a.weight ? data_address(*a.weight) : 0;
   const uint64_t scale = modulated ? data_address(*a.scale) : 0;
   const uint64_t index = modulated ? data_address(*a.index) : 0;
-  if (table_grads)
+  // Modulated, every parameter gradient is a sum over the table rows' lists: one plan, one pass.
+  const bool plan_sums = table_grads || (modulated && a.dweight);
+  if (plan_sums)
     add_plan_launches(sequence, r.layout, ws, device, index_type, index, 0, table_rows, Op::RmsNormBackward);
   if (a.dx) {
     const KernelSpec spec = make_spec(Op::RmsNormBackward, *dtype, modulated ? index_type : IndexType::I64, hidden,
@@ -155,36 +160,35 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
                        static_cast<uint64_t>(table_rows)})
       dx.push(v);
   }
-  auto add_param_tiles = [&](Op op, uint32_t grid, uint64_t first, uint64_t second) {
-    const KernelSpec spec = make_spec(op, *dtype, op == Op::RmsNormWeightGrad && modulated ? index_type : IndexType::I64,
-                                      hidden, op == Op::RmsNormWeightGrad ? table_stride : 0, 4,
-                                      op == Op::RmsNormTableGrad && a.weight != nullptr);
-    LaunchPlan& tiles = sequence.add(spec, device, grid, codegen::backward_threads(spec));
+  auto at_or_null = [&](const DLTensor* wanted, int64_t offset) { return wanted ? ws + offset : 0; };
+  if (plan_sums) {
+    // One block per plan tile; the scale rows (row stride table_stride) give dweight's d_n.
+    const KernelSpec spec = make_spec(Op::RmsNormTableGrad, *dtype, IndexType::I64, hidden, 0, 4, a.weight != nullptr);
+    LaunchPlan& tiles = sequence.add(spec, device, static_cast<uint32_t>(r.layout.max_tiles), codegen::backward_threads(spec));
     tiles.grid_y = static_cast<uint32_t>(codegen::column_slices(spec));
-    for (uint64_t v : {data_address(a.grad), data_address(a.x), weight, scale, index, data_address(a.rstd), first,
-                       second, static_cast<uint64_t>(rows), static_cast<uint64_t>(table_rows)})
+    for (uint64_t v : {data_address(a.grad), data_address(a.x), weight, scale, data_address(a.rstd),
+                       at_or_null(a.dshift, r.shift_partials), at_or_null(a.dscale, r.scale_partials),
+                       at_or_null(a.dweight, r.weight_partials), static_cast<uint64_t>(table_stride)})
       tiles.push(v);
-    if (op == Op::RmsNormTableGrad) {
-      push_plan_params(tiles, r.layout, ws);
-    } else {
-      for (int k = 0; k < 5; ++k) tiles.push(0);  // no plan: tiles of consecutive rows
-      tiles.push(static_cast<uint64_t>(seq));
-      tiles.push(static_cast<uint64_t>(rows / seq));
-    }
-  };
-  if (table_grads) {
-    add_param_tiles(Op::RmsNormTableGrad, static_cast<uint32_t>(r.layout.max_tiles),
-                    a.dshift ? ws + r.shift_partials : 0, a.dscale ? ws + r.scale_partials : 0);
-    if (a.dshift)
-      add_fold_launch(sequence, &r.layout, ws, device, *dtype, ws + r.shift_partials, r.layout.max_tiles, hidden,
-                      data_address(*a.dshift));
-    if (a.dscale)
-      add_fold_launch(sequence, &r.layout, ws, device, *dtype, ws + r.scale_partials, r.layout.max_tiles, hidden,
-                      data_address(*a.dscale));
-  }
-  if (a.dweight) {
+    push_plan_params(tiles, r.layout, ws);
+    for (const auto& [out, offset] : {std::pair{a.dshift, r.shift_partials}, {a.dscale, r.scale_partials}})
+      if (out)
+        add_fold_launch(sequence, &r.layout, ws, device, *dtype, ws + offset, r.layout.max_tiles, hidden,
+                        data_address(*out));
+    if (a.dweight)
+      add_fold_launch(sequence, &r.layout, ws, device, *dtype, ws + r.weight_partials, r.layout.max_tiles, hidden,
+                      data_address(*a.dweight), /*whole_table=*/true);
+  } else if (a.dweight) {
     if (r.weight_tiles > INT_MAX) return invalid(arg("x"), "has too many rows");
-    add_param_tiles(Op::RmsNormWeightGrad, static_cast<uint32_t>(r.weight_tiles), ws + r.weight_partials, 0);
+    const KernelSpec spec = make_spec(Op::RmsNormWeightGrad, *dtype, IndexType::I64, hidden, 0, 4);
+    LaunchPlan& tiles = sequence.add(spec, device, static_cast<uint32_t>(r.weight_tiles), codegen::backward_threads(spec));
+    tiles.grid_y = static_cast<uint32_t>(codegen::column_slices(spec));
+    for (uint64_t v : {data_address(a.grad), data_address(a.x), uint64_t{0}, uint64_t{0}, data_address(a.rstd),
+                       ws + r.weight_partials, uint64_t{0}, uint64_t{0}, uint64_t{0}})
+      tiles.push(v);
+    for (int k = 0; k < 5; ++k) tiles.push(0);  // no plan: tiles of consecutive rows
+    tiles.push(static_cast<uint64_t>(seq));
+    tiles.push(static_cast<uint64_t>(rows / seq));
     add_fold_launch(sequence, nullptr, ws, device, *dtype, ws + r.weight_partials, r.weight_tiles, hidden,
                     data_address(*a.dweight));
   }
@@ -213,16 +217,14 @@ std::vector<KernelSpec> dx_family(DType dtype, int64_t hidden, int64_t table_str
       specs.push_back(make_spec(Op::RmsNormBackward, dtype, index, hidden, table_stride, 4, weighted));
   return specs;
 }
-// dshift/dscale over segment tiles of table rows: the table stride is not the kernel's.
+// dshift/dscale/dweight over segment tiles of table rows: the table stride is not the kernel's.
 std::vector<KernelSpec> table_grad_family(DType dtype, int64_t hidden, int64_t) {
   return {make_spec(Op::RmsNormTableGrad, dtype, IndexType::I64, hidden, 0, 4, true),
           make_spec(Op::RmsNormTableGrad, dtype, IndexType::I64, hidden, 0, 4, false)};
 }
-std::vector<KernelSpec> weight_grad_family(DType dtype, int64_t hidden, int64_t table_stride) {
-  std::vector<KernelSpec> specs;
-  for (IndexType index : index_types_for(table_stride))
-    specs.push_back(make_spec(Op::RmsNormWeightGrad, dtype, index, hidden, table_stride, 4));
-  return specs;
+// dweight of the plain form (modulated, the table-grad tiles add it).
+std::vector<KernelSpec> weight_grad_family(DType dtype, int64_t hidden, int64_t) {
+  return {make_spec(Op::RmsNormWeightGrad, dtype, IndexType::I64, hidden, 0, 4)};
 }
 }  // namespace
 
@@ -242,6 +244,6 @@ const OpRow kRmsNormWeightGradRow = {
     Op::RmsNormWeightGrad, "rms_norm_weight_grad", /*code=*/10, OpRole::Backward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/4,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    param_grad_templates, render_backward_constants, rms_norm_rule, weight_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormWeightGrad, dtype, {0, 6, 2}); }};
+    param_grad_templates, render_backward_constants, rms_norm_rule, weight_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormWeightGrad, dtype, {0}); }};
 
 }  // namespace exactjit

@@ -83,14 +83,15 @@ void push_plan_params(LaunchPlan& plan, const SegmentLayout& l, uint64_t workspa
 }
 
 void add_fold_launch(LaunchSequence& sequence, const SegmentLayout* l, uint64_t workspace, int device_id, DType dtype,
-                     uint64_t partials, int64_t tiles, int64_t width, uint64_t out) {
+                     uint64_t partials, int64_t tiles, int64_t width, uint64_t out, bool whole_table) {
   const KernelSpec fold_spec = make_spec(Op::SegmentFold, dtype, IndexType::I64, 1, 0, 1);
   const int threads = codegen::backward_threads(fold_spec);
   LaunchPlan& fold = sequence.add(fold_spec, device_id, static_cast<uint32_t>((width + threads - 1) / threads), threads);
-  fold.grid_y = static_cast<uint32_t>(l ? l->table_rows : 1);
+  fold.grid_y = static_cast<uint32_t>(l && !whole_table ? l->table_rows : 1);
   fold.push(partials);
   fold.push(l ? workspace + l->row_tile_start : 0);
   fold.push(static_cast<uint64_t>(tiles));
+  fold.push(static_cast<uint64_t>(l && whole_table ? l->table_rows : 1));
   fold.push(static_cast<uint64_t>(width));
   fold.push(out);
 }

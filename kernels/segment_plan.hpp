@@ -49,9 +49,11 @@ inline constexpr int kSegmentCountReportCode = 5;
 void push_plan_params(LaunchPlan& plan, const SegmentLayout& layout, uint64_t workspace);
 
 /// Appends the fold of `partials` (tiles x width floats) into out (R x width, dtype), one row per
-/// table row of the plan, or a single row of `tiles` tiles when layout is null.
+/// table row of the plan (with whole_table, one row over every table row's tiles in order), or a
+/// single row of `tiles` tiles when layout is null.
 void add_fold_launch(LaunchSequence& sequence, const SegmentLayout* layout, uint64_t workspace, int device_id,
-                     DType dtype, uint64_t partials, int64_t tiles, int64_t width, uint64_t out);
+                     DType dtype, uint64_t partials, int64_t tiles, int64_t width, uint64_t out,
+                     bool whole_table = false);
 
 /// The rows of the segment plan's kernels and of the fold.
 extern const OpRow kSegmentCountRow;

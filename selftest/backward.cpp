@@ -196,7 +196,8 @@ llvm::Expected<CaseOutcome> run_rms_norm_backward_case(Runtime& runtime, int dev
   if (c.weighted) {
     outputs.push_back({"dweight", &*d_dweight, std::vector<uint8_t>(weight.size()), elem});
     rms_norm_weight_grad_model(c.dtype, grad.data(), x.data(), modulated ? table.data() + row_bytes : nullptr,
-                               c.table_stride, keys, rstd.data(), rows, c.hidden, outputs.back().expected.data());
+                               c.table_stride, keys, c.table_rows, rstd.data(), rows, c.hidden,
+                               outputs.back().expected.data());
   }
   if (modulated) {
     outputs.push_back({"dshift", &*d_dshift, std::vector<uint8_t>(table_grad_bytes), elem});

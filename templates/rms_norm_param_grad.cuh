@@ -1,11 +1,11 @@
 // rms_norm backward, parameter gradients as tile partials (folded by segment_fold), with
 // n = rT(mul(w, mul(rstd, x))) recomputed exactly as in the forward (no w: rT(mul(rstd, x))):
 // - kSegmented (modulated form): one block per (segment tile of table row k, column slice); over
-//   the tile's rows in list order, from 0: first += grad (dshift), second += mul(grad, n) (dscale).
-// - otherwise (dweight): one block per (tile of kTilePositions consecutive rows, column slice), in
-//   row order, from 0: first += mul(d_n, mul(rstd, x)), d_n = grad or, modulated,
-//   mul(grad, rT(add(1, scale[i]))) (rows with a bad index are skipped; the dx kernel and the
-//   plan report it).
+//   the tile's rows in list order, from 0: first += grad (dshift), second += mul(grad, n) (dscale),
+//   third += mul(d_n, mul(rstd, x)) (dweight; d_n = mul(grad, rT(add(1, scale[k]))), the scale row
+//   of the tile's table row, `scale_stride` apart). Any of the three may be absent.
+// - otherwise (plain dweight): one block per (tile of kTilePositions consecutive rows, column
+//   slice), in row order, from 0: first += mul(grad, mul(rstd, x)).
 // Each thread owns one 4-element quad of columns; rows are loaded kRowUnroll at a time and added
 // strictly in order: dshift/dscale with SegmentSumFor<T> (compensated for fp32, plain for
 // bf16/fp16), dweight always compensated (it sums all M rows: with plain fp32 tiles, bf16/fp16
@@ -13,14 +13,12 @@
 namespace rms_norm_param_grad {
 
 typedef xj::StorageOf<spec::kDType>::type T;
-typedef xj::IndexOf<spec::kIndexBytes>::type Index;
 typedef xj::Quad<T> Quad;
 template <bool kCompensated> struct SumOf { typedef xj::CompensatedSum type; };
 template <> struct SumOf<false> { typedef xj::SegmentSumFor<T>::type type; };
 typedef SumOf<!spec::kSegmented>::type Sum;
 
 constexpr int kQuads = spec::kHidden / 4;
-constexpr bool kModulated = spec::kTableStride > 0;
 
 static_assert(spec::kHidden % 4 == 0, "rms_norm needs H % 4 == 0");
 
@@ -29,9 +27,9 @@ static_assert(spec::kHidden % 4 == 0, "rms_norm needs H % 4 == 0");
 extern "C" __global__ void __launch_bounds__(spec::kThreads)
 XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_grad::T* __restrict__ x,
          const rms_norm_param_grad::T* __restrict__ weight, const rms_norm_param_grad::T* __restrict__ scale,
-         const rms_norm_param_grad::Index* __restrict__ index, const float* __restrict__ rstd,
-         float* __restrict__ first_partials, float* __restrict__ second_partials, long long rows,
-         long long table_rows, XJ_SEGMENT_PLAN_PARAMS, xj::ErrorRecord* errors) {
+         const float* __restrict__ rstd, float* __restrict__ first_partials, float* __restrict__ second_partials,
+         float* __restrict__ third_partials, long long scale_stride, XJ_SEGMENT_PLAN_PARAMS,
+         xj::ErrorRecord* errors) {
   using namespace rms_norm_param_grad;
   const xj::SegmentPlan plan = XJ_SEGMENT_PLAN;
   const int quad = blockIdx.y * spec::kThreads + threadIdx.x;
@@ -45,13 +43,24 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
     end_j = tile.end;
   } else {
     first_j = (long long)blockIdx.x * spec::kTilePositions;
+    const long long rows = plan.seq * plan.batch;
     end_j = first_j + spec::kTilePositions < rows ? first_j + spec::kTilePositions : rows;
   }
   Quad w;
   if (spec::kSegmented && spec::kWeighted) xj::load_quad(w, weight + col);
+  // dweight's modulation factors, one table row per tile: m = rT(add(1, scale[k])).
+  float m[4];
+  const bool thirds = spec::kSegmented && spec::kWeighted && third_partials;
+  if (thirds) {
+    Quad sc;
+    xj::load_quad(sc, scale + (long long)tile.row * scale_stride + col);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) m[e] = xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(sc.v[e]))));
+  }
   Sum first[4], second[4];
+  xj::CompensatedSum third[4];
   for (long long j0 = first_j; j0 < end_j; j0 += spec::kRowUnroll) {
-    Quad g[spec::kRowUnroll], xv[spec::kRowUnroll], sc[spec::kRowUnroll];
+    Quad g[spec::kRowUnroll], xv[spec::kRowUnroll];
     float r[spec::kRowUnroll];
     bool use[spec::kRowUnroll];
 #pragma unroll
@@ -59,12 +68,6 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
       use[u] = j0 + u < end_j;
       if (!use[u]) continue;
       const long long row = spec::kSegmented ? xj::segment_row(plan, tile, j0 + u) : j0 + u;
-      if (!spec::kSegmented && kModulated) {
-        const long long i = (long long)index[row % plan.seq];
-        use[u] = i >= 0 && i < table_rows;
-        if (!use[u]) continue;
-        xj::load_quad(sc[u], scale + i * spec::kTableStride + col);
-      }
       r[u] = rstd[row];
       xj::load_quad(g[u], grad + row * spec::kHidden + col);
       xj::load_quad(xv[u], x + row * spec::kHidden + col);
@@ -81,10 +84,9 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
           if (spec::kWeighted) n = xj::mul(xj::to_float(w.v[e]), n);
           first[e].add(gv);
           second[e].add_product(gv, xj::to_float(xj::round_to<T>(n)));
+          if (thirds) third[e].add_product(xj::mul(gv, m[e]), xhat);
         } else {
-          float d = gv;
-          if (kModulated) d = xj::mul(d, xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(sc[u].v[e])))));
-          first[e].add_product(d, xhat);
+          first[e].add_product(gv, xhat);
         }
       }
     }
@@ -94,5 +96,6 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
   for (int e = 0; e < 4; ++e) {
     if (first_partials) first_partials[at + e] = first[e].value();
     if (spec::kSegmented && second_partials) second_partials[at + e] = second[e].value();
+    if (thirds) third_partials[at + e] = third[e].value();
   }
 }

@@ -1,6 +1,8 @@
 // Segment sums, last step: out[k, J] = rT(sum over row k's tiles t, ascending, of
 // partials[t, J]), summed from zero, compensated; a row without positions gets 0. Without a
 // tile table (weight gradients: contiguous tiles of rows) there is one row of `tiles` tiles.
+// With row_span R (rms_norm's modulated dweight) one output row folds the tiles of R table rows,
+// in order.
 namespace segment_fold {
 typedef xj::StorageOf<spec::kDType>::type T;
 constexpr int kThreads = 256;
@@ -8,13 +10,13 @@ constexpr int kThreads = 256;
 
 extern "C" __global__ void __launch_bounds__(segment_fold::kThreads)
 XJ_ENTRY(const float* __restrict__ partials, const int* __restrict__ row_tile_start, long long tiles,
-         long long width, segment_fold::T* __restrict__ out, xj::ErrorRecord* errors) {
+         long long row_span, long long width, segment_fold::T* __restrict__ out, xj::ErrorRecord* errors) {
   using namespace segment_fold;
   const long long column = (long long)blockIdx.x * kThreads + threadIdx.x;
   const long long row = blockIdx.y;
   if (column >= width) return;
   const long long first = row_tile_start ? row_tile_start[row] : 0;
-  const long long last = row_tile_start ? row_tile_start[row + 1] : tiles;
+  const long long last = row_tile_start ? row_tile_start[row + row_span] : tiles;
   xj::CompensatedSum sum;
   for (long long t = first; t < last; ++t) sum.add(partials[t * width + column]);
   out[row * width + column] = xj::round_to<T>(sum.value());

@@ -153,12 +153,13 @@ TEST(GateResidualRmsNormBackwardValidation, AddsTheResidualGradientThenRunsBothP
   BackwardCall call;
   auto sequence = call.plan();
   ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
+  // The table-grad tiles add d_shift, d_scale and d_weight in one pass; three folds.
   const Op expected[] = {Op::SegmentCount,     Op::SegmentScan,  Op::SegmentScatter, Op::GateResidualRmsNormBackward,
-                         Op::RmsNormTableGrad, Op::SegmentFold,  Op::SegmentFold,    Op::RmsNormWeightGrad,
-                         Op::SegmentFold,      Op::SegmentCount, Op::SegmentScan,    Op::SegmentScatter,
-                         Op::GateResidualBackward, Op::SegmentFold};
-  ASSERT_EQ(sequence->count, 14);
-  for (int k = 0; k < 14; ++k) EXPECT_EQ(sequence->steps[k].spec.op, expected[k]) << k;
+                         Op::RmsNormTableGrad, Op::SegmentFold,  Op::SegmentFold,    Op::SegmentFold,
+                         Op::SegmentCount,     Op::SegmentScan,  Op::SegmentScatter, Op::GateResidualBackward,
+                         Op::SegmentFold};
+  ASSERT_EQ(sequence->count, 13);
+  for (int k = 0; k < 13; ++k) EXPECT_EQ(sequence->steps[k].spec.op, expected[k]) << k;
   const LaunchPlan& dx = sequence->steps[3];
   EXPECT_EQ(dx.params[0], 1 * GiB);  // grad_out
   EXPECT_EQ(dx.params[1], 2 * GiB);  // grad_h, added to the norm's dh
@@ -166,12 +167,12 @@ TEST(GateResidualRmsNormBackwardValidation, AddsTheResidualGradientThenRunsBothP
   EXPECT_EQ(dx.spec.table_stride, 6 * H);
   EXPECT_TRUE(dx.spec.weighted);
   // gate_residual's part reads d_residual as its grad and writes into the second region.
-  const LaunchPlan& gate_tiles = sequence->steps[12];
+  const LaunchPlan& gate_tiles = sequence->steps[11];
   EXPECT_EQ(gate_tiles.params[0], 9 * GiB);
   const uint64_t second = 16 * GiB + static_cast<uint64_t>((norm + 255) / 256 * 256);
-  EXPECT_EQ(sequence->steps[9].params[6], second + 0);  // segment_count's keys at the region's start
+  EXPECT_EQ(sequence->steps[8].params[6], second + 0);  // segment_count's keys at the region's start
   // Both plans report a bad index as this op's backward.
-  for (int k : {0, 9}) EXPECT_EQ(sequence->steps[k].params[kSegmentCountReportCode], 20u) << k;
+  for (int k : {0, 8}) EXPECT_EQ(sequence->steps[k].params[kSegmentCountReportCode], 20u) << k;
 
   // Without grad_h, d_residual is rms_norm's own dx.
   BackwardCall alone;

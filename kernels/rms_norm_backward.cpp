@@ -13,6 +13,7 @@
 #include <llvm/ADT/SmallVector.h>
 
 #include <climits>
+#include <initializer_list>
 #include <cmath>
 
 namespace exactjit {
@@ -161,15 +162,20 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
       dx.push(v);
   }
   auto at_or_null = [&](const DLTensor* wanted, int64_t offset) { return wanted ? ws + offset : 0; };
+  // A tiles kernel: grad, x, weight, scale, rstd, three partials pointers, the scale rows' stride.
+  auto add_tiles = [&](Op op, int64_t grid, std::initializer_list<uint64_t> params) -> LaunchPlan& {
+    const KernelSpec spec = make_spec(op, *dtype, IndexType::I64, hidden, 0, 4, op == Op::RmsNormTableGrad && a.weight);
+    LaunchPlan& tiles = sequence.add(spec, device, static_cast<uint32_t>(grid), codegen::backward_threads(spec));
+    tiles.grid_y = static_cast<uint32_t>(codegen::column_slices(spec));
+    for (uint64_t v : params) tiles.push(v);
+    return tiles;
+  };
   if (plan_sums) {
     // One block per plan tile; the scale rows (row stride table_stride) give dweight's d_n.
-    const KernelSpec spec = make_spec(Op::RmsNormTableGrad, *dtype, IndexType::I64, hidden, 0, 4, a.weight != nullptr);
-    LaunchPlan& tiles = sequence.add(spec, device, static_cast<uint32_t>(r.layout.max_tiles), codegen::backward_threads(spec));
-    tiles.grid_y = static_cast<uint32_t>(codegen::column_slices(spec));
-    for (uint64_t v : {data_address(a.grad), data_address(a.x), weight, scale, data_address(a.rstd),
-                       at_or_null(a.dshift, r.shift_partials), at_or_null(a.dscale, r.scale_partials),
-                       at_or_null(a.dweight, r.weight_partials), static_cast<uint64_t>(table_stride)})
-      tiles.push(v);
+    LaunchPlan& tiles = add_tiles(Op::RmsNormTableGrad, r.layout.max_tiles,
+                                  {data_address(a.grad), data_address(a.x), weight, scale, data_address(a.rstd),
+                                   at_or_null(a.dshift, r.shift_partials), at_or_null(a.dscale, r.scale_partials),
+                                   at_or_null(a.dweight, r.weight_partials), static_cast<uint64_t>(table_stride)});
     push_plan_params(tiles, r.layout, ws);
     for (const auto& [out, offset] : {std::pair{a.dshift, r.shift_partials}, {a.dscale, r.scale_partials}})
       if (out)
@@ -180,12 +186,9 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
                       data_address(*a.dweight), /*whole_table=*/true);
   } else if (a.dweight) {
     if (r.weight_tiles > INT_MAX) return invalid(arg("x"), "has too many rows");
-    const KernelSpec spec = make_spec(Op::RmsNormWeightGrad, *dtype, IndexType::I64, hidden, 0, 4);
-    LaunchPlan& tiles = sequence.add(spec, device, static_cast<uint32_t>(r.weight_tiles), codegen::backward_threads(spec));
-    tiles.grid_y = static_cast<uint32_t>(codegen::column_slices(spec));
-    for (uint64_t v : {data_address(a.grad), data_address(a.x), uint64_t{0}, uint64_t{0}, data_address(a.rstd),
-                       ws + r.weight_partials, uint64_t{0}, uint64_t{0}, uint64_t{0}})
-      tiles.push(v);
+    LaunchPlan& tiles = add_tiles(Op::RmsNormWeightGrad, r.weight_tiles,
+                                  {data_address(a.grad), data_address(a.x), 0, 0, data_address(a.rstd),
+                                   ws + r.weight_partials, 0, 0, 0});
     for (int k = 0; k < 5; ++k) tiles.push(0);  // no plan: tiles of consecutive rows
     tiles.push(static_cast<uint64_t>(seq));
     tiles.push(static_cast<uint64_t>(rows / seq));

@@ -27,8 +27,8 @@ enum class Op : uint8_t {
   GateResidualBackward,      ///< d_y and the d_gate tile partials, one segment tile per block
   AdalnRowGatherBackward,    ///< d_rows tile partials, one (segment tile, chunk) per block
   RmsNormBackward,           ///< dx, row-local
-  RmsNormTableGrad,          ///< dshift / dscale tile partials (segment tiles)
-  RmsNormWeightGrad,         ///< dweight tile partials (tiles of consecutive rows)
+  RmsNormTableGrad,          ///< dshift / dscale / modulated dweight tile partials (segment tiles)
+  RmsNormWeightGrad,         ///< plain dweight tile partials (tiles of consecutive rows)
   TimestepSinusoidBackward,  ///< d_t
   DetLinearInputGrad,        ///< d_input partials over 64-output chunks (folded by SegmentFold)
   DetLinearWeightGrad,       ///< d_weight and d_bias as ascending-row chains

@@ -1,6 +1,7 @@
 // exactjit op rms_norm, backward (NUMERICS.md; docs/backward.md): dx row-local in the forward's
-// reduction shape; dweight over fixed tiles of 256 consecutive rows; dshift and dscale as
-// segment sums over the table rows (n recomputed exactly as in the forward).
+// reduction shape; dshift, dscale and (modulated) dweight as segment sums over the table rows,
+// from one pass of tiles (n recomputed exactly as in the forward); plain dweight over fixed
+// tiles of 256 consecutive rows.
 #pragma once
 
 #include "codegen/op_row.hpp"

@@ -13,8 +13,8 @@
 #include <llvm/ADT/SmallVector.h>
 
 #include <climits>
-#include <initializer_list>
 #include <cmath>
+#include <initializer_list>
 
 namespace exactjit {
 namespace {

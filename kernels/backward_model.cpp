@@ -1,6 +1,7 @@
 // exactjit host models of the backward passes (see backward_model.hpp).
 #include "kernels/backward_model.hpp"
 
+#include "codegen/op_row.hpp"
 #include "kernels/row_reduction_model.hpp"
 #include "kernels/segment_plan.hpp"
 #include "kernels/segment_plan_model.hpp"
@@ -174,17 +175,31 @@ void rms_norm_weight_grad_model(DType dtype, const void* grad, const void* x, co
       tiles.emplace_back(0, std::move(tile));
     }
   }
+  const size_t kRowUnroll = static_cast<size_t>(op_row(Op::RmsNormTableGrad).row_unroll);
   with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
     std::vector<xj::CompensatedSum> fold(static_cast<size_t>(hidden)), partial(static_cast<size_t>(hidden));
+    std::vector<float> group(static_cast<size_t>(hidden));
     for (const auto& [k, tile] : tiles) {
       std::fill(partial.begin(), partial.end(), xj::CompensatedSum{});
-      for (int64_t r : tile)
-        for (int64_t j = 0; j < hidden; ++j) {
-          float d = at<T>(grad, r * hidden + j);
-          if (scale) d = xj::mul(d, xj::to_float(xj::round_to<T>(xj::add(1.0f, at<T>(scale, k * table_stride + j)))));
-          partial[j].add_product(d, xj::mul(rstd[r], at<T>(x, r * hidden + j)));
+      if (!scale) {
+        for (int64_t r : tile)
+          for (int64_t j = 0; j < hidden; ++j)
+            partial[j].add_product(at<T>(grad, r * hidden + j), xj::mul(rstd[r], at<T>(x, r * hidden + j)));
+      }
+      // Modulated: the table-grad tiles add plain sums of kRowUnroll rows, compensated.
+      for (size_t first = 0; scale && first < tile.size(); first += kRowUnroll) {
+        std::fill(group.begin(), group.end(), 0.0f);
+        for (size_t u = first; u < std::min(tile.size(), first + kRowUnroll); ++u) {
+          const int64_t r = tile[u];
+          for (int64_t j = 0; j < hidden; ++j) {
+            const float m = xj::to_float(xj::round_to<T>(xj::add(1.0f, at<T>(scale, k * table_stride + j))));
+            const float d = xj::mul(at<T>(grad, r * hidden + j), m);
+            group[j] = xj::add(group[j], xj::mul(d, xj::mul(rstd[r], at<T>(x, r * hidden + j))));
+          }
         }
+        for (int64_t j = 0; j < hidden; ++j) partial[j].add(group[j]);
+      }
       for (int64_t j = 0; j < hidden; ++j) fold[j].add(partial[j].value());
     }
     for (int64_t j = 0; j < hidden; ++j) put(dtype, dweight, j, fold[j].value());

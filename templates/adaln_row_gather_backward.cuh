@@ -21,11 +21,15 @@ extern "C" __global__ void __launch_bounds__(spec::kThreads)
 XJ_ENTRY(const adaln_row_gather_backward::T* __restrict__ grad, float* __restrict__ partials, XJ_SEGMENT_PLAN_PARAMS,
          xj::ErrorRecord* errors) {
   using namespace adaln_row_gather_backward;
+  __shared__ long long tile_rows[spec::kTilePositions];  // xj::stage_segment_rows
   const xj::SegmentPlan plan = XJ_SEGMENT_PLAN;
   xj::SegmentTile tile;
+  if (!xj::segment_tile(plan, blockIdx.x, tile)) return;
+  xj::stage_segment_rows(plan, tile, tile_rows);
+  __syncthreads();
   const long long chunk = blockIdx.y / kSlices;
   const int pack = (blockIdx.y % kSlices) * spec::kThreads + threadIdx.x;
-  if (pack >= kPacksPerRow || !xj::segment_tile(plan, blockIdx.x, tile)) return;
+  if (pack >= kPacksPerRow) return;
   const int col = pack * spec::kVec;
   Sum sum[spec::kVec];
   for (long long j0 = tile.first; j0 < tile.end; j0 += spec::kRowUnroll) {
@@ -33,7 +37,7 @@ XJ_ENTRY(const adaln_row_gather_backward::T* __restrict__ grad, float* __restric
 #pragma unroll
     for (int u = 0; u < spec::kRowUnroll; ++u)
       if (j0 + u < tile.end)
-        xj::load_pack(g[u], grad + (chunk * plan.seq + xj::segment_row(plan, tile, j0 + u)) * spec::kHidden + col);
+        xj::load_pack(g[u], grad + (chunk * plan.seq + tile_rows[j0 + u - tile.first]) * spec::kHidden + col);
 #pragma unroll
     for (int u = 0; u < spec::kRowUnroll; ++u)
       if (j0 + u < tile.end)

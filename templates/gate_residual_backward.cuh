@@ -25,10 +25,14 @@ XJ_ENTRY(const gate_residual_backward::T* __restrict__ grad, const gate_residual
          const gate_residual_backward::T* __restrict__ y, gate_residual_backward::T* __restrict__ d_y,
          float* __restrict__ partials, XJ_SEGMENT_PLAN_PARAMS, xj::ErrorRecord* errors) {
   using namespace gate_residual_backward;
+  __shared__ long long tile_rows[spec::kTilePositions];  // xj::stage_segment_rows
   const xj::SegmentPlan plan = XJ_SEGMENT_PLAN;
   xj::SegmentTile tile;
+  if (!xj::segment_tile(plan, blockIdx.x, tile)) return;
+  xj::stage_segment_rows(plan, tile, tile_rows);
+  __syncthreads();
   const int pack = blockIdx.y * spec::kThreads + threadIdx.x;
-  if (pack >= kPacksPerRow || !xj::segment_tile(plan, blockIdx.x, tile)) return;
+  if (pack >= kPacksPerRow) return;
   const int col = pack * spec::kVec;
   Pack g;
   if (d_y) xj::load_pack(g, gate + tile.row * spec::kTableStride + col);
@@ -39,7 +43,7 @@ XJ_ENTRY(const gate_residual_backward::T* __restrict__ grad, const gate_residual
 #pragma unroll
     for (int u = 0; u < spec::kRowUnroll; ++u) {
       if (j0 + u < tile.end) {
-        base[u] = xj::segment_row(plan, tile, j0 + u) * spec::kHidden + col;
+        base[u] = tile_rows[j0 + u - tile.first] * spec::kHidden + col;
         xj::load_pack(gr[u], grad + base[u]);
         if (partials) xj::load_pack(yv[u], y + base[u]);
       }

@@ -2,14 +2,17 @@
 // n = rT(mul(w, mul(rstd, x))) recomputed exactly as in the forward (no w: rT(mul(rstd, x))):
 // - kSegmented (modulated form): one block per (segment tile of table row k, column slice); over
 //   the tile's rows in list order, from 0: first += grad (dshift), second += mul(grad, n) (dscale),
-//   third += mul(d_n, mul(rstd, x)) (dweight; d_n = mul(grad, rT(add(1, scale[k]))), the scale row
-//   of the tile's table row, `scale_stride` apart). Any of the three may be absent.
+//   third += group (dweight: group = 0, then group = add(group, mul(d_n, mul(rstd, x))) over the
+//   tile's next kRowUnroll rows; d_n = mul(grad, rT(add(1, scale[k]))), the scale row of the tile's
+//   table row, `scale_stride` apart). Any of the three may be absent.
 // - otherwise (plain dweight): one block per (tile of kTilePositions consecutive rows, column
 //   slice), in row order, from 0: first += mul(grad, mul(rstd, x)).
 // Each thread owns one 4-element quad of columns; rows are loaded kRowUnroll at a time and added
 // strictly in order: dshift/dscale with SegmentSumFor<T> (compensated for fp32, plain for
-// bf16/fp16), dweight always compensated (it sums all M rows: with plain fp32 tiles, bf16/fp16
-// dweight lost to eager in 8 of 32 cases at the 5th digit); fixed_order_sum.cuh.
+// bf16/fp16), dweight compensated for every dtype (it sums all M rows: with plain fp32 tiles,
+// bf16/fp16 dweight lost to eager in 8 of 32 cases at the 5th digit); fixed_order_sum.cuh. The
+// modulated dweight compensates per group of kRowUnroll rows, not per row: the compensated add is
+// most of the kernel's instructions, and a 4-term plain sum is ~2 fp32 roundings off.
 namespace rms_norm_param_grad {
 
 typedef xj::StorageOf<spec::kDType>::type T;
@@ -31,21 +34,26 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
          float* __restrict__ third_partials, long long scale_stride, XJ_SEGMENT_PLAN_PARAMS,
          xj::ErrorRecord* errors) {
   using namespace rms_norm_param_grad;
+  // A segment tile's flattened rows and their rstd (xj::stage_segment_rows).
+  __shared__ long long tile_rows[spec::kSegmented ? spec::kTilePositions : 1];
+  __shared__ float tile_rstd[spec::kSegmented ? spec::kTilePositions : 1];
   const xj::SegmentPlan plan = XJ_SEGMENT_PLAN;
   const int quad = blockIdx.y * spec::kThreads + threadIdx.x;
-  if (quad >= kQuads) return;
-  const int col = 4 * quad;
   long long first_j = 0, end_j = 0;
   xj::SegmentTile tile;
   if (spec::kSegmented) {
     if (!xj::segment_tile(plan, blockIdx.x, tile)) return;
     first_j = tile.first;
     end_j = tile.end;
+    xj::stage_segment_rows(plan, tile, tile_rows, rstd, tile_rstd);
+    __syncthreads();
   } else {
     first_j = (long long)blockIdx.x * spec::kTilePositions;
     const long long rows = plan.seq * plan.batch;
     end_j = first_j + spec::kTilePositions < rows ? first_j + spec::kTilePositions : rows;
   }
+  if (quad >= kQuads) return;
+  const int col = 4 * quad;
   Quad w;
   if (spec::kSegmented && spec::kWeighted) xj::load_quad(w, weight + col);
   // dweight's modulation factors, one table row per tile: m = rT(add(1, scale[k])).
@@ -60,6 +68,7 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
   Sum first[4], second[4];
   xj::CompensatedSum third[4];
   for (long long j0 = first_j; j0 < end_j; j0 += spec::kRowUnroll) {
+    float group[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // dweight's terms of these kRowUnroll rows
     Quad g[spec::kRowUnroll], xv[spec::kRowUnroll];
     float r[spec::kRowUnroll];
     bool use[spec::kRowUnroll];
@@ -67,8 +76,8 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
     for (int u = 0; u < spec::kRowUnroll; ++u) {
       use[u] = j0 + u < end_j;
       if (!use[u]) continue;
-      const long long row = spec::kSegmented ? xj::segment_row(plan, tile, j0 + u) : j0 + u;
-      r[u] = rstd[row];
+      const long long row = spec::kSegmented ? tile_rows[j0 + u - first_j] : j0 + u;
+      r[u] = spec::kSegmented ? tile_rstd[j0 + u - first_j] : rstd[row];
       xj::load_quad(g[u], grad + row * spec::kHidden + col);
       xj::load_quad(xv[u], x + row * spec::kHidden + col);
     }
@@ -84,11 +93,15 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
           if (spec::kWeighted) n = xj::mul(xj::to_float(w.v[e]), n);
           first[e].add(gv);
           second[e].add_product(gv, xj::to_float(xj::round_to<T>(n)));
-          if (thirds) third[e].add_product(xj::mul(gv, m[e]), xhat);
+          if (thirds) group[e] = xj::add(group[e], xj::mul(xj::mul(gv, m[e]), xhat));
         } else {
           first[e].add_product(gv, xhat);
         }
       }
+    }
+    if (thirds) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) third[e].add(group[e]);
     }
   }
   const long long at = (long long)blockIdx.x * spec::kHidden + col;

@@ -51,6 +51,20 @@ XJ_DEVICE long long segment_row(const SegmentPlan& plan, const SegmentTile& tile
   const long long b = j / tile.count;
   return b * plan.seq + plan.sorted[plan.row_start[tile.row] + (j - b * tile.count)];
 }
+
+// Stages the flattened rows of the tile's list positions in rows[j - tile.first] (and, given
+// per_row, per_row[row] in per_row_out[j - tile.first]): once per block rather than by each
+// thread, whose pack of columns costs less than finding the row (a division, two dependent
+// loads). Every thread of the block calls it; the caller synchronises before reading.
+XJ_DEVICE void stage_segment_rows(const SegmentPlan& plan, const SegmentTile& tile, long long* rows,
+                                  const float* per_row = nullptr, float* per_row_out = nullptr) {
+#pragma unroll 1
+  for (long long j = tile.first + threadIdx.x; j < tile.end; j += blockDim.x) {
+    const long long row = segment_row(plan, tile, j);
+    rows[j - tile.first] = row;
+    if (per_row) per_row_out[j - tile.first] = per_row[row];
+  }
+}
 #endif
 
 }  // namespace xj

@@ -35,8 +35,7 @@ bool known_to_spill(const KernelSpec& spec) {
   switch (spec.target.sm) {
     case 90: return spec.op == Op::DetLinearWeightGrad && spec.dtype == DType::BF16 && spec.silu && spec.row_tile == 2;
     case 100:
-      return spec.dtype == DType::F32 && ((spec.op == Op::AdalnRowGatherBackward && spec.vec == 4) ||
-                                          (spec.op == Op::RmsNormBackward && spec.table_stride == 0 && spec.weighted));
+      return spec.dtype == DType::F32 && spec.op == Op::RmsNormBackward && spec.table_stride == 0 && spec.weighted;
     default: return false;
   }
 }
@@ -191,14 +190,15 @@ TEST(PtxAudit, BackwardKernelsFuseOnlyWhatTheyWrite) {
     for (const KernelSpec& spec : catalog_of(op)) {
       auto ptx = nvrtc().ptx(codegen::render(spec));
       ASSERT_TRUE(static_cast<bool>(ptx)) << llvm::toString(ptx.takeError());
-      // Compensated tile sums of products (fp32 segment sums; dweight always, in the table-grad
-      // tiles where weighted): one product_error per element of a thread's pack (gate's vec,
-      // rms_norm's quad) for each of the rows loaded at a time; bf16/fp16 segment sums are plain.
-      // The weighted table-grad tiles' row loop is compiled twice (with and without dweight), so
-      // fp32 dscale's product_error appears in both copies.
+      // Compensated tile sums of products (fp32 segment sums; the plain dweight tiles): one
+      // product_error per element of a thread's pack (gate's vec, rms_norm's quad) for each of
+      // the rows loaded at a time; bf16/fp16 segment sums are plain, and the modulated dweight
+      // adds plain sums of those rows compensated (no product error). The weighted table-grad
+      // tiles' row loop is compiled twice (with and without dweight), so fp32 dscale's
+      // product_error appears in both copies.
       const bool fp32 = spec.dtype == DType::F32;
       const size_t products = op == Op::RmsNormWeightGrad ? 1
-                              : op == Op::RmsNormTableGrad ? (fp32 ? (spec.weighted ? 2 : 1) : 0) + (spec.weighted ? 1 : 0)
+                              : op == Op::RmsNormTableGrad ? (fp32 ? (spec.weighted ? 2 : 1) : 0)
                               : op == Op::GateResidualBackward && fp32 ? 1 : 0;
       const size_t per_row = op == Op::GateResidualBackward ? static_cast<size_t>(spec.vec) : 4;
       const size_t rows = static_cast<size_t>(codegen::backward_row_unroll(spec));

@@ -34,6 +34,8 @@ int column_slices(const KernelSpec& spec) {
 
 int backward_threads(const KernelSpec& spec) { return op_row(spec.op).threads; }
 
+int rms_norm_row_threads(int64_t hidden) { return hidden / 4 <= 32 ? 32 : 128; }
+
 int backward_row_unroll(const KernelSpec& spec) { return op_row(spec.op).row_unroll; }
 
 RowGeometry row_geometry(const KernelSpec& spec) {

@@ -24,6 +24,11 @@ int column_slices(const KernelSpec& spec);
 /// list order whatever the number, so it changes speed, never bits).
 int backward_row_unroll(const KernelSpec& spec);
 
+/// Threads that share one row of rms_norm's forward and dx: PyTorch's 128, or one warp where the
+/// row has at most 32 quads (H <= 128, qk-norm's head dim), whose three other warps would only
+/// add zeros (row_sum.cuh reproduces them: same bits, a quarter of the idle lanes).
+int rms_norm_row_threads(int64_t hidden);
+
 /// One row of packs_per_row packs: wide rows get 128..256 threads chosen to leave the fewest idle
 /// lanes; narrow rows share a 128-thread block.
 RowGeometry row_geometry(const KernelSpec& spec);

@@ -25,9 +25,8 @@ std::string render_spec_constants(const KernelSpec& spec);
 /// The constant block of the row-wise ops (gate_residual, adaln_row_gather).
 std::string render_row_constants(const KernelSpec& spec);
 
-/// rms_norm: rows per block (each row has 128 threads), how many per-element parameter quads are loaded together
-/// (templates/rms_norm.cuh; measured in bench/tune_rms_norm) and its constant block.
-inline constexpr int kRmsNormRowsPerBlock = 1;
+/// rms_norm: how many per-element parameter quads are loaded together (templates/rms_norm.cuh;
+/// measured in bench/tune_rms_norm) and its constant block (rows per block: codegen/geometry.hpp).
 inline constexpr int kRmsNormParamBatch = 12;
 std::string render_rms_norm_constants(const KernelSpec& spec);
 /// The same block for a kernel that normalises rows it forms itself (gate_residual_rms_norm),

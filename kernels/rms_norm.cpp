@@ -1,6 +1,7 @@
 // exactjit op rms_norm: validate, spec, geometry, parameters.
 #include "kernels/rms_norm.hpp"
 
+#include "codegen/geometry.hpp"
 #include "codegen/render.hpp"
 #include "kernels/op_rules.hpp"
 #include "kernels/spec_limits.hpp"
@@ -111,10 +112,11 @@ llvm::Expected<LaunchPlan> plan_rms_norm(const RmsNormArgs& a) {
   LaunchPlan plan;
   plan.spec = rms_norm_spec(*dtype, index_type, hidden, table_stride, a.weight != nullptr);
   plan.device_id = a.x.device.device_id;
-  const int64_t blocks = (rows + codegen::kRmsNormRowsPerBlock - 1) / codegen::kRmsNormRowsPerBlock;
+  const int64_t rows_per_block = 128 / codegen::rms_norm_row_threads(hidden);
+  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   if (blocks > INT_MAX) return invalid(arg("x"), fmt::format("has too many rows ({}) for one launch", rows));
   plan.grid = static_cast<uint32_t>(blocks);
-  plan.threads = static_cast<uint32_t>(128 * codegen::kRmsNormRowsPerBlock);
+  plan.threads = 128;
   plan.push(data_address(a.x));
   plan.push(a.weight ? data_address(*a.weight) : 0);
   plan.push(modulated ? data_address(*a.shift) : 0);

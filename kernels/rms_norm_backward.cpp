@@ -153,7 +153,9 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
     const KernelSpec spec = make_spec(Op::RmsNormBackward, *dtype, modulated ? index_type : IndexType::I64, hidden,
                                       table_stride, 4, a.weight != nullptr);
     if (rows > INT_MAX) return invalid(arg("x"), fmt::format("has too many rows ({}) for one launch", rows));
-    LaunchPlan& dx = sequence.add(spec, device, static_cast<uint32_t>(rows), codegen::backward_threads(spec));
+    const int64_t rows_per_block = 128 / codegen::rms_norm_row_threads(hidden);
+    LaunchPlan& dx = sequence.add(spec, device, static_cast<uint32_t>((rows + rows_per_block - 1) / rows_per_block),
+                                  codegen::backward_threads(spec));
     for (uint64_t v : {data_address(a.grad), uint64_t{0}, data_address(a.x), weight, scale, index, data_address(a.rstd)})
       dx.push(v);  // no residual gradient: dx is the norm's alone
     dx.push_double(a.eps);  // fp32 dx recomputes rstd (in fp64) instead of reading the forward's
@@ -203,7 +205,9 @@ std::vector<std::string_view> rms_norm_dx_templates(const KernelSpec&) {
 }
 
 std::string rms_norm_dx_constants(const KernelSpec& spec, bool residual_grad) {
-  return render_backward_constants(spec) + fmt::format("constexpr bool kResidualGrad = {};\n", residual_grad);
+  return render_backward_constants(spec) + fmt::format("constexpr bool kResidualGrad = {};\n"
+                                                       "constexpr int kRowThreads = {};  // threads per row\n",
+                                                       residual_grad, codegen::rms_norm_row_threads(spec.hidden));
 }
 
 namespace {

@@ -288,6 +288,18 @@ llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int dev
         norms.push_back(c);
       }
     }
+    // Rows of at most 32 quads (one warp each): qk-norm's head dim, and a short modulated row.
+    for (int64_t hidden : {int64_t{128}, int64_t{64}}) {
+      RmsNormCase c;
+      c.dtype = dtype;
+      c.hidden = hidden;
+      c.table_stride = hidden == 64 ? 6 * hidden : 0;
+      c.weighted = hidden == 128;
+      c.seq = 4097;
+      c.batch = 2;
+      c.seed = seed++;
+      norms.push_back(c);
+    }
   }
   RmsNormCase bad_norm;
   bad_norm.table_stride = 6 * kDefaultHidden;
@@ -326,6 +338,13 @@ llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int dev
       n.seed = seed++;
       norm_backward.push_back(n);
     }
+    RmsNormCase head;  // qk-norm: H = 128, one warp per row
+    head.dtype = dtype;
+    head.hidden = 128;
+    head.seq = 4097;
+    head.batch = 2;
+    head.seed = seed++;
+    norm_backward.push_back(head);
     AdalnRowGatherCase a;
     a.dtype = dtype;
     a.seq = dtype == DType::F32 ? 7 : 4097;

@@ -16,7 +16,7 @@ typedef xj::StorageOf<spec::kDType>::type T;
 typedef xj::IndexOf<spec::kIndexBytes>::type Index;
 typedef xj::Quad<T> Quad;
 
-constexpr int kRowThreads = 128;
+constexpr int kRowThreads = spec::kRowThreads;  // 128 for every H (render_row_norm_constants)
 constexpr int kWarps = kRowThreads / 32;
 constexpr int kQuads = spec::kHidden / 4;
 constexpr int kQuadsPerThread = (kQuads + kRowThreads - 1) / kRowThreads;

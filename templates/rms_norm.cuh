@@ -5,16 +5,17 @@
 //   3. across warps: (w0 + w2) + (w1 + w3)
 //   4-5. rstd and the (modulated) output: rms_norm_output.cuh, i = index[r mod S].
 //
-// Geometry: each row has its own 128 threads (kRowsPerBlock rows per block) and stays in
-// registers between the reduction and the output (one read of x). Every thread reaches the
-// barrier, including those of rows past the end or with a bad index, which only skip stores.
+// Geometry: each row has its own kRowThreads threads (128, or one warp where H <= 128: the same
+// sums, row_sum.cuh) in a 128-thread block, and stays in registers between the reduction and the
+// output (one read of x). Every thread reaches the barrier, including those of rows past the end
+// or with a bad index, which only skip stores.
 namespace rms_norm {
 
 typedef xj::StorageOf<spec::kDType>::type T;
 typedef xj::IndexOf<spec::kIndexBytes>::type Index;
 typedef xj::Quad<T> Quad;
 
-constexpr int kRowThreads = 128;
+constexpr int kRowThreads = spec::kRowThreads;
 constexpr int kWarps = kRowThreads / 32;
 constexpr int kQuads = spec::kHidden / 4;
 constexpr int kQuadsPerThread = (kQuads + kRowThreads - 1) / kRowThreads;
@@ -63,7 +64,7 @@ XJ_ENTRY(const rms_norm::T* __restrict__ x, const rms_norm::T* __restrict__ weig
     }
   }
   // 2. Within each warp, 3. across warps (row_sum.cuh).
-  const float total = xj::row_sum_128(s, warp_sums[group]);
+  const float total = xj::row_sum<kRowThreads>(s, warp_sums[group]);
   if (!live) return;
   // 4-5. rms_norm_output.cuh.
   xj::rms_norm_output<T, spec::kHidden, kRowThreads, spec::kParamBatch, spec::kWeighted, spec::kModulated>(

@@ -1,5 +1,5 @@
-// rms_norm backward, dx (NUMERICS.md; docs/backward.md), one row per 128-thread block in the
-// forward's reduction shape. With m = rT(add(1, scale[i])) (modulated), per element:
+// rms_norm backward, dx (NUMERICS.md; docs/backward.md), one row per kRowThreads threads (128, or
+// one warp where H <= 128: row_sum.cuh) in the forward's reduction shape, 128-thread blocks. With m = rT(add(1, scale[i])) (modulated), per element:
 //   d_n = grad or mul(grad, m),  wd = mul(w, d_n) (or d_n without weight)
 // and wd_lo, the exact rounding error of those products (product_error), so that
 // wd + wd_lo = w * grad * m up to a rounding of the tiny wd_lo terms. Per row:
@@ -26,7 +26,8 @@ typedef xj::StorageOf<spec::kDType>::type T;
 typedef xj::IndexOf<spec::kIndexBytes>::type Index;
 typedef xj::Quad<T> Quad;
 
-constexpr int kRowThreads = 128;
+constexpr int kRowThreads = spec::kRowThreads;
+constexpr int kRowsPerBlock = 128 / kRowThreads;
 constexpr int kQuads = spec::kHidden / 4;
 constexpr int kQuadsPerThread = (kQuads + kRowThreads - 1) / kRowThreads;
 constexpr bool kModulated = spec::kTableStride > 0;
@@ -35,9 +36,7 @@ constexpr bool kExactRstd = sizeof(T) == 4;                // fp32
 
 static_assert(spec::kHidden % 4 == 0, "rms_norm needs H % 4 == 0");
 
-__device__ __forceinline__ bool in_row(int k) {
-  return kQuads % kRowThreads == 0 || (int)threadIdx.x + k * kRowThreads < kQuads;
-}
+__device__ __forceinline__ bool in_row(int t, int k) { return kQuads % kRowThreads == 0 || t + k * kRowThreads < kQuads; }
 
 // wd = w * d_n for element e of quad k; with `lo` (only when kHasLo), also its rounding error.
 __device__ __forceinline__ float weighted_grad(const Quad& g, const Quad& sc, const Quad& w, int e, float* lo = nullptr) {
@@ -67,7 +66,7 @@ __device__ __forceinline__ void load_parameters(const T* scale_row, const T* wei
 
 }  // namespace rms_norm_backward
 
-extern "C" __global__ void __launch_bounds__(rms_norm_backward::kRowThreads)
+extern "C" __global__ void __launch_bounds__(128)
 XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward::T* __restrict__ residual_grad,
          const rms_norm_backward::T* __restrict__ x,
          const rms_norm_backward::T* __restrict__ weight, const rms_norm_backward::T* __restrict__ scale,
@@ -75,13 +74,15 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
          rms_norm_backward::T* __restrict__ dx, long long rows, long long seq, long long table_rows,
          xj::ErrorRecord* errors) {
   using namespace rms_norm_backward;
-  __shared__ float warp_sums[4];
-  __shared__ double warp_squares[4];
-  const long long row = blockIdx.x;
-  const int t = threadIdx.x;
-  bool live = true;
+  __shared__ float warp_sums[kRowsPerBlock][4];
+  __shared__ double warp_squares[kRowsPerBlock][4];
+  // One row per block where rows are 128 threads: the grid is exactly the rows.
+  const int group = kRowsPerBlock == 1 ? 0 : (int)threadIdx.x / kRowThreads;
+  const int t = kRowsPerBlock == 1 ? (int)threadIdx.x : (int)threadIdx.x % kRowThreads;
+  const long long row = (long long)blockIdx.x * kRowsPerBlock + group;
+  bool live = kRowsPerBlock == 1 || row < rows;
   long long i = 0;
-  if (kModulated) {
+  if (kModulated && live) {
     i = xj::checked_index(index, row % seq, table_rows, errors, spec::kOpCode, t == 0);
     live = i >= 0;
     if (!live) i = 0;
@@ -95,14 +96,14 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
 #pragma unroll
   for (int k = 0; k < kQuadsPerThread; ++k) {
     const int v = t + k * kRowThreads;
-    if (live && in_row(k)) {
+    if (live && in_row(t, k)) {
       xj::load_quad(xq[k], x_row + 4 * v);
       xj::load_quad(gq[k], grad_row + 4 * v);
     }
   }
 #pragma unroll
   for (int k = 0; k < kQuadsPerThread; ++k) {
-    if (live && in_row(k)) {
+    if (live && in_row(t, k)) {
       Quad sq, wq;
       load_parameters(scale_row, weight, t + k * kRowThreads, sq, wq);
 #pragma unroll
@@ -113,8 +114,8 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
       }
     }
   }
-  const float total = xj::row_sum_128(dot, warp_sums);
-  const double sum_squares = kExactRstd ? xj::row_sum_128((double)squares.value(), warp_squares) : 0.0;
+  const float total = xj::row_sum<kRowThreads>(dot, warp_sums[group]);
+  const double sum_squares = kExactRstd ? xj::row_sum<kRowThreads>((double)squares.value(), warp_squares[group]) : 0.0;
   if (!live) return;
   float r, r_lo = 0.0f, coef;
   if (kExactRstd) {
@@ -130,7 +131,7 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
   T* dx_row = dx + row * spec::kHidden;
 #pragma unroll
   for (int k = 0; k < kQuadsPerThread; ++k) {
-    if (in_row(k)) {
+    if (in_row(t, k)) {
       Quad sq, wq, out;
       load_parameters(scale_row, weight, t + k * kRowThreads, sq, wq);
 #pragma unroll

@@ -17,6 +17,17 @@ template <typename V> XJ_DEVICE V row_sum_128(V s, V* warp_sums) {
   __syncthreads();
   return add(add(warp_sums[0], warp_sums[2]), add(warp_sums[1], warp_sums[3]));
 }
+
+// The same sum for a row of kRowThreads = 128 threads or of one warp (a row of at most 32 quads):
+// there PyTorch's warps 1-3 hold +0, so (w0 + w2) + (w1 + w3) is add(w0, +0), which only turns
+// -0 into +0. The one-warp form holds no barrier; every lane gets the sum.
+template <int kRowThreads, typename V> XJ_DEVICE V row_sum(V s, V* warp_sums) {
+  static_assert(kRowThreads == 128 || kRowThreads == 32, "a row is 128 threads or one warp");
+  if (kRowThreads == 128) return row_sum_128(s, warp_sums);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) s = add(s, __shfl_down_sync(0xFFFFFFFFu, s, offset));
+  return add(__shfl_sync(0xFFFFFFFFu, s, 0), V(0));
+}
 #endif
 
 }  // namespace xj

@@ -224,6 +224,19 @@ TEST(GateResidualBackwardValidation, RefusesAliasedOutputsWrappedAddressesAndEmp
   }
 }
 
+// dx of qk-norm's rows (H = 128): one warp per row, four rows to a block.
+TEST(RmsNormBackwardValidation, RowsOfAtMost32QuadsTakeOneWarpEach) {
+  constexpr int64_t kHead = 128;
+  FakeTensor grad{1 * GiB, {2, 7, kHead}, kBF16}, x{2 * GiB, {2, 7, kHead}, kBF16}, weight{3 * GiB, {kHead}, kBF16};
+  FakeTensor rstd{5 * GiB, {14}, kF32}, dx{6 * GiB, {2, 7, kHead}, kBF16};
+  auto sequence = plan_rms_norm_backward(
+      {grad.t, x.t, &weight.t, nullptr, nullptr, rstd.t, 1e-5, &dx.t, nullptr, nullptr, nullptr, nullptr});
+  ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
+  ASSERT_EQ(sequence->count, 1);
+  EXPECT_EQ(sequence->steps[0].grid, 4u);  // ceil(14 / 4)
+  EXPECT_EQ(sequence->steps[0].threads, 128u);
+}
+
 TEST(RmsNormBackwardValidation, ModulatedCallPlansEveryGradient) {
   FakeTensor grad{1 * GiB, {2, 7, H}, kBF16}, x{2 * GiB, {2, 7, H}, kBF16};
   FakeTensor scale{3 * GiB + H * 2, {9, H}, kBF16, {6 * H, 1}}, index{4 * GiB, {7}, kI64};

@@ -220,6 +220,25 @@ struct NormCall {
   }
 };
 
+// qk-norm's rows (H = 128, 32 quads) take one warp each, four to a 128-thread block; the kernel
+// is generated for that shape (row_sum.cuh's one-warp sum).
+TEST(RmsNormValidation, RowsOfAtMost32QuadsTakeOneWarpEach) {
+  for (int64_t hidden : {int64_t{128}, int64_t{132}}) {
+    FakeTensor x{1 * GiB, {2, 7, hidden}, kBF16}, weight{2 * GiB, {hidden}, kBF16};
+    FakeTensor out{5 * GiB, {2, 7, hidden}, kBF16}, rstd{6 * GiB, {2, 7}, kF32};
+    auto plan = plan_rms_norm({x.t, &weight.t, nullptr, nullptr, nullptr, out.t, &rstd.t, 1e-5});
+    ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
+    const bool warp_rows = hidden == 128;
+    EXPECT_EQ(plan->grid, warp_rows ? 4u : 14u) << hidden;  // 14 rows
+    EXPECT_EQ(plan->threads, 128u);
+    const std::string text = codegen::render(plan->spec).text;
+    EXPECT_NE(text.find(warp_rows ? "constexpr int kRowThreads = 32;" : "constexpr int kRowThreads = 128;"),
+              std::string::npos) << hidden;
+    EXPECT_NE(text.find(warp_rows ? "constexpr int kRowsPerBlock = 4;" : "constexpr int kRowsPerBlock = 1;"),
+              std::string::npos) << hidden;
+  }
+}
+
 TEST(RmsNormValidation, AcceptsPlainAndModulatedCalls) {
   NormCall modulated;
   auto plan = modulated.plan();
@@ -227,8 +246,8 @@ TEST(RmsNormValidation, AcceptsPlainAndModulatedCalls) {
   EXPECT_EQ(plan->spec.op, Op::RmsNorm);
   EXPECT_EQ(plan->spec.table_stride, 6 * H);
   EXPECT_FALSE(plan->spec.weighted);
-  EXPECT_EQ(plan->grid, static_cast<uint32_t>((14 + codegen::kRmsNormRowsPerBlock - 1) / codegen::kRmsNormRowsPerBlock));
-  EXPECT_EQ(plan->threads, static_cast<uint32_t>(128 * codegen::kRmsNormRowsPerBlock));  // 128 threads per row
+  EXPECT_EQ(plan->grid, 14u);  // one 128-thread row per block (H > 128)
+  EXPECT_EQ(plan->threads, 128u);
   float eps = 0;
   std::memcpy(&eps, &plan->params[10], sizeof eps);
   EXPECT_EQ(eps, 1e-5f);

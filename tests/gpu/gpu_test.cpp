@@ -356,7 +356,7 @@ TEST_F(Gpu, BackwardMatchesHostModelBitwiseAndRepeats) {
     }
   }
   // Other widths: the scalar path (H not a multiple of 8) and short rows.
-  for (int64_t hidden : {12, 1000, 1024}) {
+  for (int64_t hidden : {12, 128, 1000, 1024}) {
     GateResidualCase g;
     g.hidden = hidden;
     g.table_stride = 2 * hidden + 4;

@@ -9,8 +9,8 @@
 namespace exactjit::codegen {
 
 namespace {
-// row_threads: rms_norm's (rms_norm_row_threads); gate_residual_rms_norm keeps 128 for every H.
-std::string norm_constants(const KernelSpec& spec, bool modulated, int row_threads) {
+std::string norm_constants(const KernelSpec& spec, bool modulated) {
+  const int row_threads = rms_norm_row_threads(spec.hidden);
   return fmt::format(
       "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
       "constexpr int kDType = {dtype};  // {dtype_name}\n"
@@ -35,9 +35,9 @@ std::string norm_constants(const KernelSpec& spec, bool modulated, int row_threa
 }  // namespace
 
 std::string render_rms_norm_constants(const KernelSpec& spec) {
-  return norm_constants(spec, spec.table_stride > 0, rms_norm_row_threads(spec.hidden));
+  return norm_constants(spec, spec.table_stride > 0);
 }
 
-std::string render_row_norm_constants(const KernelSpec& spec) { return norm_constants(spec, spec.modulated, 128); }
+std::string render_row_norm_constants(const KernelSpec& spec) { return norm_constants(spec, spec.modulated); }
 
 }  // namespace exactjit::codegen

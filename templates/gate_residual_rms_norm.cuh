@@ -6,7 +6,8 @@
 // RMSNorm (+ modulation, kModulated). The gate, shift and scale rows share one index and one row
 // stride.
 //
-// Geometry: rms_norm's: each row has its own 128 threads (kRowsPerBlock rows per block); a thread
+// Geometry: rms_norm's: each row has its own kRowThreads threads (128, or one warp where H <= 128),
+// kRowsPerBlock rows to a 128-thread block (the launch is rms_norm's plan); a thread
 // loads its residual and y quads, then forms h quad by quad with the gate's (an L1/L2 hit) in the
 // registers rms_norm keeps x in, stores it and sums its squares in PyTorch's order. The modulation
 // is a spec constant, not a run-time flag: compiling both paths took 100 registers instead of 64.
@@ -16,7 +17,7 @@ typedef xj::StorageOf<spec::kDType>::type T;
 typedef xj::IndexOf<spec::kIndexBytes>::type Index;
 typedef xj::Quad<T> Quad;
 
-constexpr int kRowThreads = spec::kRowThreads;  // 128 for every H (render_row_norm_constants)
+constexpr int kRowThreads = spec::kRowThreads;
 constexpr int kWarps = kRowThreads / 32;
 constexpr int kQuads = spec::kHidden / 4;
 constexpr int kQuadsPerThread = (kQuads + kRowThreads - 1) / kRowThreads;
@@ -81,7 +82,7 @@ XJ_ENTRY(const gate_residual_rms_norm::T* __restrict__ residual, const gate_resi
     }
   }
   // 2. Within each warp, 3. across warps (row_sum.cuh).
-  const float total = xj::row_sum_128(s, warp_sums[group]);
+  const float total = xj::row_sum<kRowThreads>(s, warp_sums[group]);
   if (!live) return;
   // 4-5. rms_norm_output.cuh.
   xj::rms_norm_output<T, spec::kHidden, kRowThreads, spec::kParamBatch, spec::kWeighted, spec::kModulated>(

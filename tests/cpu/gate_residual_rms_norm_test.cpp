@@ -2,6 +2,7 @@
 // parts reported in this op's terms (h for gate_residual's out and rms_norm's x), the rules only
 // the fused call has, and the backward's sequence (rms_norm's with the residual gradient added,
 // then gate_residual's on d_residual, in one split workspace). Fake device addresses suffice.
+#include "codegen/render.hpp"
 #include "kernels/gate_residual_backward.hpp"
 #include "kernels/gate_residual_rms_norm.hpp"
 #include "kernels/rms_norm_backward.hpp"
@@ -9,6 +10,7 @@
 #include "runtime/errors.hpp"
 #include "support/fake_tensor.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -53,6 +55,24 @@ struct ForwardCall {
                                         modulated && with_scale ? &scale.t : nullptr, h.t, out.t, &rstd.t, eps});
   }
 };
+
+// The launch is rms_norm's plan, so the kernel must be generated for the same rows per block: at
+// H = 128 one warp per row, four to a block, in the grid and in the source alike.
+TEST(GateResidualRmsNormValidation, NarrowRowsTakeOneWarpEachInGridAndSource) {
+  for (int64_t hidden : {int64_t{128}, H}) {
+    FakeTensor residual{1 * GiB, {2, 7, hidden}, kBF16}, gate{2 * GiB, {9, hidden}, kBF16, {6 * hidden, 1}};
+    FakeTensor index{3 * GiB, {7}, kI64}, y{4 * GiB, {2, 7, hidden}, kBF16}, weight{5 * GiB, {hidden}, kBF16};
+    FakeTensor h{6 * GiB, {2, 7, hidden}, kBF16}, out{7 * GiB, {2, 7, hidden}, kBF16}, rstd{8 * GiB, {14}, kF32};
+    auto plan = plan_gate_residual_rms_norm({residual.t, gate.t, index.t, y.t, &weight.t, nullptr, nullptr, h.t,
+                                             out.t, &rstd.t, 1e-6});
+    ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
+    const int rows_per_block = hidden == 128 ? 4 : 1;
+    EXPECT_EQ(plan->grid, static_cast<uint32_t>((14 + rows_per_block - 1) / rows_per_block)) << hidden;
+    EXPECT_EQ(plan->threads, 128u);
+    EXPECT_NE(codegen::render(plan->spec).text.find(fmt::format("constexpr int kRowsPerBlock = {};", rows_per_block)),
+              std::string::npos) << hidden;
+  }
+}
 
 TEST(GateResidualRmsNormValidation, PlansTheH3BlockCall) {
   ForwardCall call;

@@ -384,7 +384,7 @@ TEST_F(Gpu, GateResidualRmsNormEqualsItsTwoOpsBitwise) {
   uint64_t seed = 7000;
   const int64_t R = 9;
   for (DType dtype : {DType::BF16, DType::F16, DType::F32})
-    for (int64_t hidden : {int64_t{5376}, int64_t{1000}})
+    for (int64_t hidden : {int64_t{5376}, int64_t{1000}, int64_t{128}})
       for (int variant = 0; variant < 3; ++variant) {
         const bool modulated = variant != 1, weighted = variant != 2, with_grad_h = variant != 2;
         const int64_t seq = variant == 0 ? 4097 : 300, batch = variant == 1 ? 2 : 1, rows = seq * batch;

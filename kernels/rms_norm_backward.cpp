@@ -247,9 +247,11 @@ const OpRow kRmsNormTableGradRow = {
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/4,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     param_grad_templates, render_table_grad_constants, rms_norm_rule, table_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormTableGrad, dtype, {0}); }};
+// The plain dweight tiles load 8 rows at a time: at S = 4097 their 256-row walk is latency-bound
+// (docs/perf-notes.md, v10), and one accumulator per column leaves the registers for it.
 const OpRow kRmsNormWeightGradRow = {
     Op::RmsNormWeightGrad, "rms_norm_weight_grad", /*code=*/10, OpRole::Backward, "rms_norm",
-    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/4,
+    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/8,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     param_grad_templates, render_backward_constants, rms_norm_rule, weight_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormWeightGrad, dtype, {0}); }};
 

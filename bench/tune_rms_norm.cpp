@@ -28,7 +28,7 @@ using namespace exactjit;
 using tune::die_on;
 
 // H = 5376: one 128-thread row per block (codegen::rms_norm_row_threads).
-const int kGeneratedRowsPerBlock = 128 / codegen::rms_norm_row_threads(kDefaultHidden);
+const int kGeneratedRowsPerBlock = codegen::rms_norm_rows_per_block(kDefaultHidden);
 
 struct Variant {
   std::string name;

@@ -36,6 +36,8 @@ int backward_threads(const KernelSpec& spec) { return op_row(spec.op).threads; }
 
 int rms_norm_row_threads(int64_t hidden) { return hidden / 4 <= 32 ? 32 : 128; }
 
+int rms_norm_rows_per_block(int64_t hidden) { return 128 / rms_norm_row_threads(hidden); }
+
 int backward_row_unroll(const KernelSpec& spec) { return op_row(spec.op).row_unroll; }
 
 RowGeometry row_geometry(const KernelSpec& spec) {

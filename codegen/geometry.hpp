@@ -28,6 +28,8 @@ int backward_row_unroll(const KernelSpec& spec);
 /// row has at most 32 quads (H <= 128, qk-norm's head dim), whose three other warps would only
 /// add zeros (row_sum.cuh reproduces them: same bits, a quarter of the idle lanes).
 int rms_norm_row_threads(int64_t hidden);
+/// Rows of rms_norm's forward and dx in one 128-thread block: 128 / rms_norm_row_threads.
+int rms_norm_rows_per_block(int64_t hidden);
 
 /// One row of packs_per_row packs: wide rows get 128..256 threads chosen to leave the fewest idle
 /// lanes; narrow rows share a 128-thread block.

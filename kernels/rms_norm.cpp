@@ -112,7 +112,7 @@ llvm::Expected<LaunchPlan> plan_rms_norm(const RmsNormArgs& a) {
   LaunchPlan plan;
   plan.spec = rms_norm_spec(*dtype, index_type, hidden, table_stride, a.weight != nullptr);
   plan.device_id = a.x.device.device_id;
-  const int64_t rows_per_block = 128 / codegen::rms_norm_row_threads(hidden);
+  const int64_t rows_per_block = codegen::rms_norm_rows_per_block(hidden);
   const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   if (blocks > INT_MAX) return invalid(arg("x"), fmt::format("has too many rows ({}) for one launch", rows));
   plan.grid = static_cast<uint32_t>(blocks);

@@ -153,7 +153,7 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
     const KernelSpec spec = make_spec(Op::RmsNormBackward, *dtype, modulated ? index_type : IndexType::I64, hidden,
                                       table_stride, 4, a.weight != nullptr);
     if (rows > INT_MAX) return invalid(arg("x"), fmt::format("has too many rows ({}) for one launch", rows));
-    const int64_t rows_per_block = 128 / codegen::rms_norm_row_threads(hidden);
+    const int64_t rows_per_block = codegen::rms_norm_rows_per_block(hidden);
     LaunchPlan& dx = sequence.add(spec, device, static_cast<uint32_t>((rows + rows_per_block - 1) / rows_per_block),
                                   codegen::backward_threads(spec));
     for (uint64_t v : {data_address(a.grad), uint64_t{0}, data_address(a.x), weight, scale, index, data_address(a.rstd)})

@@ -1,5 +1,6 @@
 // rms_norm backward, dx (NUMERICS.md; docs/backward.md), one row per kRowThreads threads (128, or
-// one warp where H <= 128: row_sum.cuh) in the forward's reduction shape, 128-thread blocks. With m = rT(add(1, scale[i])) (modulated), per element:
+// one warp where H <= 128: row_sum.cuh) in the forward's reduction shape, 128-thread blocks.
+// With m = rT(add(1, scale[i])) (modulated), per element:
 //   d_n = grad or mul(grad, m),  wd = mul(w, d_n) (or d_n without weight)
 // and wd_lo, the exact rounding error of those products (product_error), so that
 // wd + wd_lo = w * grad * m up to a rounding of the tiny wd_lo terms. Per row:

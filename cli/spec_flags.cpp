@@ -76,14 +76,15 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
     if (auto err = validate_spec(specs.front())) return err;
     return specs;
   }
+  // det_linear's --activation: the SiLU settings asked for (both when none is named).
+  std::vector<bool> activations = {false, true};
+  if (request.activation == "silu") activations = {true};
+  else if (request.activation == "none") activations = {false};
+  else if (!request.activation.empty()) return usage(fmt::format("unknown activation '{}' (none, silu)", request.activation));
   if (row.shape == SpecShape::Linear && row.role == OpRole::Forward) {
     // Defaults: the H3 AdaLN projection (bf16, 2688 -> 18 x 5376).
     auto dtypes = det_linear_dtypes(request.dtype, {DType::BF16});
     if (!dtypes) return dtypes.takeError();
-    std::vector<bool> activations = {false, true};
-    if (request.activation == "silu") activations = {true};
-    else if (request.activation == "none") activations = {false};
-    else if (!request.activation.empty()) return usage(fmt::format("unknown activation '{}' (none, silu)", request.activation));
     auto k = size_or_default(request, "in_features", request.in_features, kTimeEmbedDim);
     if (!k) return k.takeError();
     auto n = size_or_default(request, "out_features", request.out_features, 18 * kDefaultHidden);
@@ -110,6 +111,7 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
     std::vector<KernelSpec> specs;
     for (DType dtype : *dtypes)
       for (const KernelSpec& spec : spec_family(*op, dtype, *k, *n, target)) {
+        if (!llvm::is_contained(activations, spec.silu)) continue;
         if (auto err = validate_spec(spec)) return err;
         specs.push_back(spec);
       }

@@ -332,6 +332,13 @@ TEST(Cli, InspectPicksTheDetLinearBackwardRowTile) {
   EXPECT_EQ(too_many.exit_code, 2);
   EXPECT_NE(too_many.err.find("--rows must be in 1..8"), std::string::npos) << too_many.err;
   EXPECT_NE(cli.run({"inspect", "--help"}).out.find("--rows"), std::string::npos);
+  // --activation picks the backward kernels' SiLU variant as it does the forward's.
+  for (const auto& [activation, silu] : {std::pair{"silu", true}, {"none", false}}) {
+    const auto grad = source("det_linear_weight_grad", {"--activation", activation});
+    EXPECT_EQ(grad.exit_code, 0) << grad.err;
+    EXPECT_NE(grad.out.find(fmt::format("constexpr bool kSilu = {};", silu)), std::string::npos) << activation;
+  }
+  EXPECT_EQ(source("det_linear_weight_grad", {"--activation", "gelu"}).exit_code, 2);
 }
 
 // The det_linear backward kernels are sized like the forward: --in-features/--out-features, with

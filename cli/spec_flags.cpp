@@ -312,8 +312,12 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
   if (rows_flag < 0 || rows_flag > kDetLinearBackwardMaxRows)
     return usage(fmt::format("--rows must be in 1..{}", kDetLinearBackwardMaxRows));
   const int64_t rows = rows_flag ? rows_flag : kDefaultTimesteps;
+  // --unweighted picks between the family's weighted and unweighted kernels where it has both
+  // (rms_norm and its backward kernels), whether or not describe() names the weight.
+  const auto weighted = [](const KernelSpec& spec) { return spec.weighted; };
+  const bool both = llvm::any_of(*family, weighted) && !llvm::all_of(*family, weighted);
   for (const KernelSpec& spec : *family) {
-    if (spec.index != *index || (op_row(spec.op).describes_weight && spec.weighted == unweighted_flag)) continue;
+    if (spec.index != *index || (both && spec.weighted == unweighted_flag)) continue;
     // The bf16 det_linear backward kernels compiled per row tile: the one a call of T rows runs.
     if (det_linear_backward_row_tiles(spec.dtype, spec.op).size() > 1 &&
         spec.row_tile != det_linear_backward_row_tile(spec.dtype, spec.op, rows))

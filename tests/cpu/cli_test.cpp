@@ -311,6 +311,21 @@ TEST(Cli, InspectEmitsEveryView) {
 
 // The bf16 det_linear backward's partials and weight grad are compiled per row tile: --rows T
 // picks the one a call of T rows runs (default 3, the catalog's); the fold has one.
+// --unweighted reaches the rms_norm backward kernels too (their describe() names no weight).
+TEST(Cli, InspectPicksTheUnweightedRmsNormBackwardKernels) {
+  Cli cli;
+  for (const char* op : {"rms_norm", "rms_norm_backward", "rms_norm_table_grad"})
+    for (bool unweighted : {false, true}) {
+      std::vector<std::string> args = {"inspect", "--op", op, "--dtype", "bf16", "--hidden", "5376",
+                                       "--arch", "sm_90", "--emit", "source"};
+      if (unweighted) args.push_back("--unweighted");
+      const auto result = cli.run(args);
+      EXPECT_EQ(result.exit_code, 0) << op << ": " << result.err;
+      EXPECT_NE(result.out.find(fmt::format("constexpr bool kWeighted = {};", !unweighted)), std::string::npos)
+          << op << " unweighted=" << unweighted;
+    }
+}
+
 TEST(Cli, InspectPicksTheDetLinearBackwardRowTile) {
   Cli cli;
   auto source = [&](const char* op, std::vector<std::string> extra) {

@@ -12,7 +12,7 @@
 namespace exactjit::codegen {
 
 /// Bumped whenever the generated text of any kernel changes meaning; part of every cache key.
-inline constexpr std::string_view kGeneratorVersion = "exactjit-codegen-4";
+inline constexpr std::string_view kGeneratorVersion = "exactjit-codegen-5";
 
 KernelSource render(const KernelSpec& spec);
 

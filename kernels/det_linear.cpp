@@ -167,11 +167,15 @@ std::string render_det_linear_constants(const KernelSpec& spec) {
   if (spec.op != Op::DetLinear && spec.dtype == DType::BF16)  // the bf16 backward (det_linear_backward.hpp)
     geometry = fmt::format(
         "constexpr bool kGradBf16 = {grad_bf16};  // the incoming gradient: bf16 (else fp32)\n"
-        "constexpr int kThreads = {threads};  // per block (partials, weight grad: 8 inputs k per thread)\n"
-        "constexpr int kFoldDepth = {depth};  // fold: partials loaded ahead per thread\n",
+        "constexpr int kThreads = {threads};  // per block\n"
+        "constexpr int kChunk = {chunk};  // d_input: outputs per folded partial\n"
+        "constexpr int kGroup = {group};  // d_input: outputs per fma chain inside a chunk\n"
+        "constexpr int kFoldColumns = {fold_columns};  // fold: columns per block\n"
+        "constexpr int kWeightStage = {weight_stage};  // weight grad: rows n whose g is staged at a time\n",
         fmt::arg("grad_bf16", spec.grad_dtype == DType::BF16 ? "true" : "false"),
-        fmt::arg("threads", det_linear_bf16_backward_threads(spec.op, spec.hidden)),
-        fmt::arg("depth", kDetLinearFoldDepth));
+        fmt::arg("threads", det_linear_bf16_backward_threads(spec.op)), fmt::arg("chunk", kDetLinearBf16Chunk),
+        fmt::arg("group", kDetLinearBf16Group), fmt::arg("fold_columns", kDetLinearFoldColumns),
+        fmt::arg("weight_stage", kDetLinearWeightStage));
   return fmt::format(
              "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
              "constexpr int kInFeatures = {k};\n"

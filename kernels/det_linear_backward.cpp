@@ -18,7 +18,7 @@ namespace exactjit {
 namespace {
 constexpr std::string_view kOp = "det_linear_backward";
 ArgName arg(std::string_view name) { return {kOp, name}; }
-constexpr int64_t kChunk = 64, kColumns = 128, kWeightGridRows = 1760;
+constexpr int64_t kChunk = 64, kColumns = 128, kWeightGridBlocks = 704;
 constexpr int kMaxRows = kDetLinearBackwardMaxRows;
 }  // namespace
 
@@ -29,12 +29,12 @@ int64_t det_linear_backward_workspace(int64_t rows, int64_t in_features, int64_t
   return align_workspace(CheckedSize(out_features).ceil_div(kChunk) * rows * in_features * 4).value_or(-1);
 }
 
-int det_linear_bf16_backward_threads(Op op, int64_t /*in_features*/) {
-  return op == Op::DetLinearInputFold ? 256 : static_cast<int>(kColumns);
-}
+int det_linear_bf16_backward_threads(Op op) { return op == Op::DetLinearInputFold ? 256 : static_cast<int>(kColumns); }
 
-int64_t det_linear_bf16_backward_column_blocks(int64_t in_features) {
-  return (in_features / 8 + kColumns - 1) / kColumns;
+int det_linear_bf16_backward_inputs_per_thread(Op op) { return op == Op::DetLinearInputGrad ? 4 : 8; }
+
+int64_t det_linear_bf16_backward_column_blocks(Op op, int64_t in_features) {
+  return (in_features / det_linear_bf16_backward_inputs_per_thread(op) + kColumns - 1) / kColumns;
 }
 
 llvm::ArrayRef<int> det_linear_backward_row_tiles(DType weight_dtype, Op op) {
@@ -100,30 +100,33 @@ llvm::Expected<LaunchSequence> plan_bf16(const DetLinearBackwardArgs& a, llvm::S
 
   LaunchSequence sequence;
   const int device = a.x.device.device_id;
-  const uint32_t column_blocks = static_cast<uint32_t>(det_linear_bf16_backward_column_blocks(in_features));
   auto add = [&](Op op, uint32_t grid_x, uint32_t grid_y, uint64_t partials, uint64_t d_input, uint64_t d_weight,
                  uint64_t d_bias) {
     LaunchPlan& plan =
         sequence.add(det_linear_backward_spec(DType::BF16, in_features, out_features, a.silu, op, *grad_dtype, rows),
-                     device, grid_x, static_cast<uint32_t>(det_linear_bf16_backward_threads(op, in_features)));
+                     device, grid_x, static_cast<uint32_t>(det_linear_bf16_backward_threads(op)));
     plan.grid_y = grid_y;
     for (uint64_t v : {data_address(a.grad), data_address(a.x), data_address(a.weight), partials, d_input, d_weight,
                        d_bias, static_cast<uint64_t>(rows)})
       plan.push(v);
   };
+  auto column_blocks = [&](Op op) {
+    return static_cast<uint32_t>(det_linear_bf16_backward_column_blocks(op, in_features));
+  };
   if (a.d_input) {
-    const int64_t chunks = (out_features + kChunk - 1) / kChunk;
-    if (chunks > 65535) return invalid(arg("weight"), "has too many rows for the chunked d_input");
+    const int64_t chunks = (out_features + kDetLinearBf16Chunk - 1) / kDetLinearBf16Chunk;
     const uint64_t ws = data_address(*a.workspace);
-    add(Op::DetLinearInputGrad, column_blocks, static_cast<uint32_t>(chunks), ws, 0, 0, 0);
-    add(Op::DetLinearInputFold, static_cast<uint32_t>((in_features + 255) / 256), static_cast<uint32_t>(rows), ws,
-        data_address(*a.d_input), 0, 0);
+    add(Op::DetLinearInputGrad, column_blocks(Op::DetLinearInputGrad), static_cast<uint32_t>(chunks), ws, 0, 0, 0);
+    const int64_t fold_blocks = (rows * in_features + kDetLinearFoldColumns - 1) / kDetLinearFoldColumns;
+    add(Op::DetLinearInputFold, static_cast<uint32_t>(fold_blocks), 1, ws, data_address(*a.d_input), 0, 0);
   }
   if (a.d_weight || a.d_bias) {
-    // Rows n are strided by grid_y: one grid of kWeightGridRows row slices (about 8 waves of
-    // 5 blocks per SM on 132 SMs), whatever N.
-    const int64_t slices = std::min<int64_t>(out_features, kWeightGridRows);
-    add(Op::DetLinearWeightGrad, column_blocks, static_cast<uint32_t>(slices), 0, 0,
+    // Each block stores a contiguous range of rows n in whole stages of g: the fewest stages per
+    // block that keep the grid within about one wave of kWeightGridBlocks row ranges.
+    const int64_t stages = (out_features + kDetLinearWeightStage - 1) / kDetLinearWeightStage;
+    const int64_t stages_per_block = (stages + kWeightGridBlocks - 1) / kWeightGridBlocks;
+    const int64_t ranges = (stages + stages_per_block - 1) / stages_per_block;
+    add(Op::DetLinearWeightGrad, column_blocks(Op::DetLinearWeightGrad), static_cast<uint32_t>(ranges), 0, 0,
         a.d_weight ? data_address(*a.d_weight) : 0, a.d_bias ? data_address(*a.d_bias) : 0);
   }
   return sequence;

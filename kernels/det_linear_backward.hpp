@@ -1,5 +1,5 @@
-// exactjit op det_linear, backward (NUMERICS.md; docs/det_linear.md): d_input in fixed 64-output
-// chunks folded in ascending order, d_weight and d_bias as ascending-row chains, fp32, no atomics.
+// exactjit op det_linear, backward (NUMERICS.md; docs/det_linear.md): d_input in fixed output
+// chunks (fp32 weights: 64 outputs, bf16: 256) folded in ascending order, d_weight and d_bias as ascending-row chains, fp32, no atomics.
 // fp32 weights: with SiLU the gradient passes through the saved pre-activation (the output's
 // SiLU). bf16 weights (the AdaLN projections, out = rT(x @ W^T + b), x = rT(silu(temb)) or
 // rT(temb)): grad bf16 or fp32, d_input is d_temb (fp32, through the cast as identity and SiLU's
@@ -27,20 +27,27 @@ struct DetLinearBackwardArgs {
   bool silu;                       ///< fp32: SiLU on the output; bf16: SiLU on temb before the cast
 };
 
-/// Workspace bytes: the d_input partials, ceil(N / 64) x T x K floats (-1: invalid shapes).
+/// Workspace bytes: the d_input partials, ceil(N / 64) x T x K floats, enough for either weight
+/// dtype's chunks (-1: invalid shapes).
 int64_t det_linear_backward_workspace(int64_t rows, int64_t in_features, int64_t out_features);
 
 llvm::Expected<LaunchSequence> plan_det_linear_backward(const DetLinearBackwardArgs& args);
 
-/// The bf16 backward's geometry, a pure function of K (baked into the generated source and used by
-/// the planner): threads per block of the partials and weight-grad kernels (a thread owns 8
-/// consecutive inputs k, one 16-byte vector of a weight row; K / 8 vectors rounded up to whole warps
-/// when <= 512, else 256 per block and more column blocks), and of the fold (256).
-int det_linear_bf16_backward_threads(Op op, int64_t in_features);
-/// Column blocks of the bf16 partials and weight-grad kernels.
-int64_t det_linear_bf16_backward_column_blocks(int64_t in_features);
-/// Partials a fold thread loads ahead (loads in flight per thread).
-inline constexpr int kDetLinearFoldDepth = 32;
+/// The bf16 backward's order and geometry (baked into the generated source and used by the planner
+/// and the host model): d_input sums chunks of kDetLinearBf16Chunk outputs, each a compensated sum
+/// of fma chains over kDetLinearBf16Group outputs; the fold stages kDetLinearFoldColumns columns
+/// per block; the weight grad stages g for kDetLinearWeightStage rows at a time.
+inline constexpr int kDetLinearBf16Chunk = 256;
+inline constexpr int kDetLinearBf16Group = 8;
+inline constexpr int kDetLinearFoldColumns = 32;
+inline constexpr int kDetLinearWeightStage = 64;
+/// Threads per block: 128 for the partials and weight-grad kernels, 256 for the fold.
+int det_linear_bf16_backward_threads(Op op);
+/// Consecutive inputs k a thread owns: 4 in the partials (an 8-byte vector of a weight row), 8 in
+/// the weight grad (a 16-byte vector of a d_weight row).
+int det_linear_bf16_backward_inputs_per_thread(Op op);
+/// Column blocks (grid x) of the bf16 partials and weight-grad kernels.
+int64_t det_linear_bf16_backward_column_blocks(Op op, int64_t in_features);
 /// The most rows T one backward call takes.
 inline constexpr int kDetLinearBackwardMaxRows = 8;
 

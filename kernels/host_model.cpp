@@ -1,6 +1,7 @@
 // exactjit host models (see host_model.hpp).
 #include "kernels/host_model.hpp"
 
+#include "kernels/det_linear_backward.hpp"
 #include "kernels/row_reduction_model.hpp"
 
 #include "templates/numerics.cuh"
@@ -175,6 +176,30 @@ void det_linear_fp32_model(const float* x, const float* weight, const float* bia
   }
 }
 
+namespace {
+// d_input[t, k] = the compensated fold over `chunk`-output chunks (ascending, from 0) of each
+// chunk's compensated sum of fma chains over `group` outputs ascending from 0.
+void chunked_input_grad(const float* d_v, const float* weight, int64_t rows, int64_t in_features,
+                        int64_t out_features, int64_t chunk, int64_t group, float* d_input) {
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t k = 0; k < in_features; ++k) {
+      xj::CompensatedSum fold;
+      for (int64_t n0 = 0; n0 < out_features; n0 += chunk) {
+        const int64_t end = std::min(n0 + chunk, out_features);
+        xj::CompensatedSum partial;
+        for (int64_t g = n0; g < end; g += group) {
+          float p = 0.0f;
+          for (int64_t n = g; n < std::min(g + group, end); ++n)
+            p = xj::fma(d_v[t * out_features + n], weight[n * in_features + k], p);
+          partial.add(p);
+        }
+        fold.add(partial.value());
+      }
+      d_input[t * in_features + k] = fold.value();
+    }
+}
+}  // namespace
+
 void det_linear_fp32_backward_model(const float* grad, const float* pre_activation, const float* x,
                                     const float* weight, int64_t rows, int64_t in_features, int64_t out_features,
                                     bool silu, float* d_input, float* d_weight, float* d_bias) {
@@ -188,22 +213,7 @@ void det_linear_fp32_backward_model(const float* grad, const float* pre_activati
       d_v[i] = xj::mul(grad[i], xj::mul(s, xj::add(1.0f, xj::mul(v, xj::sub(1.0f, s)))));
     }
   }
-  for (int64_t t = 0; d_input && t < rows; ++t)
-    for (int64_t k = 0; k < in_features; ++k) {
-      xj::CompensatedSum fold;  // segment_fold over the chunks
-      for (int64_t n0 = 0; n0 < out_features; n0 += kChunk) {
-        const int64_t end = std::min(n0 + kChunk, out_features);
-        xj::CompensatedSum partial;
-        for (int64_t g = n0; g < end; g += kGroup) {
-          float p = 0.0f;
-          for (int64_t n = g; n < std::min(g + kGroup, end); ++n)
-            p = xj::fma(d_v[t * out_features + n], weight[n * in_features + k], p);
-          partial.add(p);
-        }
-        fold.add(partial.value());
-      }
-      d_input[t * in_features + k] = fold.value();
-    }
+  if (d_input) chunked_input_grad(d_v.data(), weight, rows, in_features, out_features, kChunk, kGroup, d_input);
   for (int64_t n = 0; n < out_features; ++n) {
     xj::CompensatedSum b;
     for (int64_t t = 0; t < rows; ++t) b.add(d_v[t * out_features + n]);
@@ -223,9 +233,8 @@ void det_linear_bf16_backward_model(const float* grad, const float* temb, const 
   if (d_input) {
     std::vector<float> w(static_cast<size_t>(out_features * in_features));
     for (size_t i = 0; i < w.size(); ++i) w[i] = widen(weight[i]);
-    // Without SiLU the fp32 model's d_input is the chunked, compensated d_x exactly.
-    det_linear_fp32_backward_model(grad, nullptr, nullptr, w.data(), rows, in_features, out_features, false, d_input,
-                                   nullptr, nullptr);
+    chunked_input_grad(grad, w.data(), rows, in_features, out_features, kDetLinearBf16Chunk, kDetLinearBf16Group,
+                       d_input);
     for (int64_t i = 0; silu && i < rows * in_features; ++i) {
       const float v = temb[i];
       const float s = xj::div(1.0f, xj::add(1.0f, std::exp(-v)));

@@ -44,6 +44,13 @@ XJ_DEVICE uint4 load_streamed(const void* src) {
   return v;
 }
 
+// 8 bytes read once (the bf16 det_linear backward's weights), as load_streamed.
+XJ_DEVICE uint2 load_streamed_8(const void* src) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(src));
+  return v;
+}
+
 template <typename T, int N> XJ_DEVICE void store_pack(T* dst, const Pack<T, N, true>& p) {
   asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};"
                :: "l"(dst), "r"(p.w[0]), "r"(p.w[1]), "r"(p.w[2]), "r"(p.w[3]) : "memory");

@@ -419,8 +419,8 @@ class Runtime:
     def det_linear_backward(self, grad, x, weight, pre_activation=None, *, silu=False, need_input=True,
                             need_weight=True, need_bias=True):
         """Gradients of det_linear, T <= 8: (d_input, d_weight, d_bias), each None when not asked
-        for. d_input (float32) in fixed 64-output chunks folded in order, d_weight and d_bias (in
-        the weight's dtype) as chains over the rows.
+        for. d_input (float32) in fixed output chunks (64 for fp32 weights, 256 for bf16) folded in
+        order, d_weight and d_bias (in the weight's dtype) as chains over the rows.
         float32 weights: grad is used as float32; pre_activation (the forward's) is required with silu.
         bfloat16 weights (the AdaLN projection): x is the forward's temb (float32, before SiLU and
         the bf16 cast), grad bfloat16 or float32 (consumed as is: an fp32 table gradient, e.g.

@@ -722,89 +722,93 @@ TEST_F(Gpu, DetLinearBackwardMatchesTheModel) {
 // output equals the host model bit for bit without SiLU, for an fp32 and a bf16 upstream
 // gradient; with SiLU (host expf vs libdevice's) d_input within 64 units of d_x times SiLU's
 // derivative scale; all repeat. T = 1, 3 and 8 run the kernels compiled for row tiles 1, 4 and 8.
+// The 2H projection (whole 256-output chunks) and N = 1004 (a short last chunk ending in a short
+// group; weight-grad row ranges of 63 rows, so partial g stages).
 TEST_F(Gpu, DetLinearBf16BackwardMatchesTheModel) {
   using namespace selftest;
-  constexpr int64_t kMaxT = 8, K = 2688, N = 2 * 5376;
-  Generator gen{22};
-  const std::vector<uint8_t> g32 = random_storage(gen, DType::F32, kMaxT * N, false);
-  std::vector<uint8_t> g16(static_cast<size_t>(kMaxT * N) * 2);
-  const float* g32f = reinterpret_cast<const float*>(g32.data());
-  for (int64_t i = 0; i < kMaxT * N; ++i) reinterpret_cast<xj::bf16*>(g16.data())[i] = xj::round_to<xj::bf16>(g32f[i]);
-  const std::vector<uint8_t> temb = random_storage(gen, DType::F32, kMaxT * K, false);
-  const std::vector<uint8_t> w = random_storage(gen, DType::BF16, N * K, false);
-  const int64_t ws_bytes = det_linear_backward_workspace_bytes(kMaxT, K, N);
-  auto arena = DeviceArena::open(0);
-  ASSERT_TRUE(static_cast<bool>(arena)) << llvm::toString(arena.takeError());
-  DeviceBuffer* d_g32 = arena->upload(g32, g32.size());
-  DeviceBuffer* d_g16 = arena->upload(g16, g16.size());
-  DeviceBuffer* d_temb = arena->upload(temb, temb.size());
-  DeviceBuffer* d_w = arena->upload(w, w.size());
-  DeviceBuffer* d_in = arena->upload({}, temb.size());
-  DeviceBuffer* d_dw = arena->upload({}, w.size());
-  DeviceBuffer* d_db = arena->upload({}, static_cast<size_t>(N) * 2);
-  DeviceBuffer* d_ws = arena->upload({}, static_cast<size_t>(ws_bytes));
-  ASSERT_FALSE(static_cast<bool>(arena->take_error()));
-  const DLDataType f32 = dl_dtype(DType::F32), b16 = dl_dtype(DType::BF16);
-  int64_t w_shape[2] = {N, K}, b_shape[1] = {N}, ws_shape[1] = {ws_bytes};
-  const DLTensor t_w = device_tensor(*d_w, 0, 0, 2, w_shape, nullptr, b16);
-  const DLTensor t_dw = device_tensor(*d_dw, 0, 0, 2, w_shape, nullptr, b16);
-  const DLTensor t_db = device_tensor(*d_db, 0, 0, 1, b_shape, nullptr, b16);
-  const DLTensor t_ws = device_tensor(*d_ws, 0, 0, 1, ws_shape, nullptr, DLDataType{kDLUInt, 8, 1});
-  for (int64_t T : {1, 3, 8}) {  // the leading T rows of the buffers
-    int64_t g_shape[2] = {T, N}, x_shape[2] = {T, K};
-    const DLTensor t_g32 = device_tensor(*d_g32, 0, 0, 2, g_shape, nullptr, f32);
-    const DLTensor t_g16 = device_tensor(*d_g16, 0, 0, 2, g_shape, nullptr, b16);
-    const DLTensor t_temb = device_tensor(*d_temb, 0, 0, 2, x_shape, nullptr, f32);
-    const DLTensor t_in = device_tensor(*d_in, 0, 0, 2, x_shape, nullptr, f32);
-    for (bool bf16_grad : {false, true}) {
-      // The model takes the gradient as fp32 values: a bf16 one widened exactly.
-      std::vector<float> grad(static_cast<size_t>(T * N));
-      for (int64_t i = 0; i < T * N; ++i)
-        grad[i] = bf16_grad ? xj::to_float(reinterpret_cast<const xj::bf16*>(g16.data())[i]) : g32f[i];
-      std::vector<float> d_x;  // d_input without SiLU: the sum the SiLU derivative then scales
-      for (bool silu : {false, true}) {
-        SCOPED_TRACE(fmt::format("T = {}, {} grad, silu {}", T, bf16_grad ? "bf16" : "fp32", silu ? "on" : "off"));
-        std::vector<float> d_input[2];
-        std::vector<uint16_t> d_weight[2], d_bias[2];
-        for (int run = 0; run < 2; ++run) {
-          const Status status = runtime().det_linear_backward(bf16_grad ? t_g16 : t_g32, nullptr, t_temb, t_w, &t_in,
-                                                              &t_dw, &t_db, &t_ws, silu, nullptr);
-          ASSERT_TRUE(status.ok()) << status.message();
-          ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
-          d_input[run].resize(T * K);
-          d_weight[run].resize(N * K);
-          d_bias[run].resize(N);
-          ASSERT_FALSE(static_cast<bool>(d_in->download(d_input[run].data(), static_cast<size_t>(T * K) * 4)));
-          ASSERT_FALSE(static_cast<bool>(d_dw->download(d_weight[run].data(), w.size())));
-          ASSERT_FALSE(static_cast<bool>(d_db->download(d_bias[run].data(), N * 2)));
+  constexpr int64_t kMaxT = 8, K = 2688;
+  for (int64_t N : {int64_t{2 * 5376}, int64_t{1004}}) {
+    Generator gen{22};
+    const std::vector<uint8_t> g32 = random_storage(gen, DType::F32, kMaxT * N, false);
+    std::vector<uint8_t> g16(static_cast<size_t>(kMaxT * N) * 2);
+    const float* g32f = reinterpret_cast<const float*>(g32.data());
+    for (int64_t i = 0; i < kMaxT * N; ++i) reinterpret_cast<xj::bf16*>(g16.data())[i] = xj::round_to<xj::bf16>(g32f[i]);
+    const std::vector<uint8_t> temb = random_storage(gen, DType::F32, kMaxT * K, false);
+    const std::vector<uint8_t> w = random_storage(gen, DType::BF16, N * K, false);
+    const int64_t ws_bytes = det_linear_backward_workspace_bytes(kMaxT, K, N);
+    auto arena = DeviceArena::open(0);
+    ASSERT_TRUE(static_cast<bool>(arena)) << llvm::toString(arena.takeError());
+    DeviceBuffer* d_g32 = arena->upload(g32, g32.size());
+    DeviceBuffer* d_g16 = arena->upload(g16, g16.size());
+    DeviceBuffer* d_temb = arena->upload(temb, temb.size());
+    DeviceBuffer* d_w = arena->upload(w, w.size());
+    DeviceBuffer* d_in = arena->upload({}, temb.size());
+    DeviceBuffer* d_dw = arena->upload({}, w.size());
+    DeviceBuffer* d_db = arena->upload({}, static_cast<size_t>(N) * 2);
+    DeviceBuffer* d_ws = arena->upload({}, static_cast<size_t>(ws_bytes));
+    ASSERT_FALSE(static_cast<bool>(arena->take_error()));
+    const DLDataType f32 = dl_dtype(DType::F32), b16 = dl_dtype(DType::BF16);
+    int64_t w_shape[2] = {N, K}, b_shape[1] = {N}, ws_shape[1] = {ws_bytes};
+    const DLTensor t_w = device_tensor(*d_w, 0, 0, 2, w_shape, nullptr, b16);
+    const DLTensor t_dw = device_tensor(*d_dw, 0, 0, 2, w_shape, nullptr, b16);
+    const DLTensor t_db = device_tensor(*d_db, 0, 0, 1, b_shape, nullptr, b16);
+    const DLTensor t_ws = device_tensor(*d_ws, 0, 0, 1, ws_shape, nullptr, DLDataType{kDLUInt, 8, 1});
+    for (int64_t T : {1, 3, 8}) {  // the leading T rows of the buffers
+      int64_t g_shape[2] = {T, N}, x_shape[2] = {T, K};
+      const DLTensor t_g32 = device_tensor(*d_g32, 0, 0, 2, g_shape, nullptr, f32);
+      const DLTensor t_g16 = device_tensor(*d_g16, 0, 0, 2, g_shape, nullptr, b16);
+      const DLTensor t_temb = device_tensor(*d_temb, 0, 0, 2, x_shape, nullptr, f32);
+      const DLTensor t_in = device_tensor(*d_in, 0, 0, 2, x_shape, nullptr, f32);
+      for (bool bf16_grad : {false, true}) {
+        // The model takes the gradient as fp32 values: a bf16 one widened exactly.
+        std::vector<float> grad(static_cast<size_t>(T * N));
+        for (int64_t i = 0; i < T * N; ++i)
+          grad[i] = bf16_grad ? xj::to_float(reinterpret_cast<const xj::bf16*>(g16.data())[i]) : g32f[i];
+        std::vector<float> d_x;  // d_input without SiLU: the sum the SiLU derivative then scales
+        for (bool silu : {false, true}) {
+          SCOPED_TRACE(fmt::format("N = {}, T = {}, {} grad, silu {}", N, T, bf16_grad ? "bf16" : "fp32", silu ? "on" : "off"));
+          std::vector<float> d_input[2];
+          std::vector<uint16_t> d_weight[2], d_bias[2];
+          for (int run = 0; run < 2; ++run) {
+            const Status status = runtime().det_linear_backward(bf16_grad ? t_g16 : t_g32, nullptr, t_temb, t_w, &t_in,
+                                                                &t_dw, &t_db, &t_ws, silu, nullptr);
+            ASSERT_TRUE(status.ok()) << status.message();
+            ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
+            d_input[run].resize(T * K);
+            d_weight[run].resize(N * K);
+            d_bias[run].resize(N);
+            ASSERT_FALSE(static_cast<bool>(d_in->download(d_input[run].data(), static_cast<size_t>(T * K) * 4)));
+            ASSERT_FALSE(static_cast<bool>(d_dw->download(d_weight[run].data(), w.size())));
+            ASSERT_FALSE(static_cast<bool>(d_db->download(d_bias[run].data(), N * 2)));
+          }
+          EXPECT_EQ(d_input[0], d_input[1]) << "d_input repeats";
+          EXPECT_EQ(d_weight[0], d_weight[1]) << "d_weight repeats";
+          EXPECT_EQ(d_bias[0], d_bias[1]) << "d_bias repeats";
+          std::vector<float> model_in(T * K);
+          std::vector<uint16_t> model_w(N * K), model_b(N);
+          det_linear_bf16_backward_model(grad.data(), reinterpret_cast<const float*>(temb.data()),
+                                         reinterpret_cast<const uint16_t*>(w.data()), T, K, N, silu, model_in.data(),
+                                         model_w.data(), model_b.data());
+          if (!silu) {
+            EXPECT_EQ(d_input[0], model_in) << "d_input vs the host model";
+            EXPECT_EQ(d_weight[0], model_w) << "d_weight vs the host model";
+            EXPECT_EQ(d_bias[0], model_b) << "d_bias vs the host model";
+            d_x = model_in;
+            continue;
+          }
+          // |d_x| * sigmoid(v) * (1 + |v|) bounds the derivative's scale (1 + v(1 - s) can cancel).
+          const float* v = reinterpret_cast<const float*>(temb.data());
+          size_t outside = 0, first = 0;
+          for (size_t i = 0; i < model_in.size(); ++i) {
+            const double scale = std::fabs(static_cast<double>(d_x[i])) / (1 + std::exp(-static_cast<double>(v[i]))) *
+                                 (1 + std::fabs(static_cast<double>(v[i])));
+            if (!(std::fabs(static_cast<double>(d_input[0][i]) - model_in[i]) <= 64 * 0x1p-24 * scale + 1e-30) &&
+                outside++ == 0)
+              first = i;
+          }
+          EXPECT_EQ(outside, 0u) << "d_input: first at " << first << ": got " << d_input[0][first] << ", model "
+                                 << model_in[first];
         }
-        EXPECT_EQ(d_input[0], d_input[1]) << "d_input repeats";
-        EXPECT_EQ(d_weight[0], d_weight[1]) << "d_weight repeats";
-        EXPECT_EQ(d_bias[0], d_bias[1]) << "d_bias repeats";
-        std::vector<float> model_in(T * K);
-        std::vector<uint16_t> model_w(N * K), model_b(N);
-        det_linear_bf16_backward_model(grad.data(), reinterpret_cast<const float*>(temb.data()),
-                                       reinterpret_cast<const uint16_t*>(w.data()), T, K, N, silu, model_in.data(),
-                                       model_w.data(), model_b.data());
-        if (!silu) {
-          EXPECT_EQ(d_input[0], model_in) << "d_input vs the host model";
-          EXPECT_EQ(d_weight[0], model_w) << "d_weight vs the host model";
-          EXPECT_EQ(d_bias[0], model_b) << "d_bias vs the host model";
-          d_x = model_in;
-          continue;
-        }
-        // |d_x| * sigmoid(v) * (1 + |v|) bounds the derivative's scale (1 + v(1 - s) can cancel).
-        const float* v = reinterpret_cast<const float*>(temb.data());
-        size_t outside = 0, first = 0;
-        for (size_t i = 0; i < model_in.size(); ++i) {
-          const double scale = std::fabs(static_cast<double>(d_x[i])) / (1 + std::exp(-static_cast<double>(v[i]))) *
-                               (1 + std::fabs(static_cast<double>(v[i])));
-          if (!(std::fabs(static_cast<double>(d_input[0][i]) - model_in[i]) <= 64 * 0x1p-24 * scale + 1e-30) &&
-              outside++ == 0)
-            first = i;
-        }
-        EXPECT_EQ(outside, 0u) << "d_input: first at " << first << ": got " << d_input[0][first] << ", model "
-                               << model_in[first];
       }
     }
   }

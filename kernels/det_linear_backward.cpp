@@ -116,11 +116,13 @@ llvm::Expected<LaunchSequence> plan_bf16(const DetLinearBackwardArgs& a, llvm::S
   if (a.d_input) {
     const int64_t chunks = (out_features + kDetLinearBf16Chunk - 1) / kDetLinearBf16Chunk;
     const uint64_t ws = data_address(*a.workspace);
-    add(Op::DetLinearInputGrad, column_blocks(Op::DetLinearInputGrad), static_cast<uint32_t>(chunks), ws, 0, 0, 0);
+    // The input pass also writes d_weight and d_bias where asked for: W read, d_W written, once.
+    add(Op::DetLinearInputGrad, column_blocks(Op::DetLinearInputGrad), static_cast<uint32_t>(chunks), ws, 0,
+        a.d_weight ? data_address(*a.d_weight) : 0, a.d_bias ? data_address(*a.d_bias) : 0);
     const int64_t fold_blocks = (rows * in_features + kDetLinearFoldColumns - 1) / kDetLinearFoldColumns;
     add(Op::DetLinearInputFold, static_cast<uint32_t>(fold_blocks), 1, ws, data_address(*a.d_input), 0, 0);
   }
-  if (a.d_weight || a.d_bias) {
+  if (!a.d_input && (a.d_weight || a.d_bias)) {
     // Each block stores a contiguous range of rows n in whole stages of g: the fewest stages per
     // block that keep the grid within about one wave of kWeightGridBlocks row ranges.
     const int64_t stages = (out_features + kDetLinearWeightStage - 1) / kDetLinearWeightStage;

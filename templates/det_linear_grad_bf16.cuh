@@ -1,29 +1,32 @@
 // det_linear backward, bf16 weights: the AdaLN projection out = rT(add(acc, b)) with
 // x = rT(silu(temb)) (kSilu) or rT(temb) (NUMERICS.md "det_linear"; docs/det_linear.md). The
 // incoming gradient g (T, N) is bf16 or fp32 (kGradBf16), read exactly as fp32 (a table gradient
-// that arrives in fp32 is consumed without rounding). Three kernels share this file:
-// - kMode 0, input partials: block (column block, chunk c of 256 outputs n); a thread owns the 4
-//   inputs k = 4v .. 4v + 3 (one 8-byte vector of each weight row). For each row t,
-//   partials[c, t, k] = value() of a compensated sum (xj::CompensatedSum, from 0) that adds, for
-//   the chunk's groups of 8 outputs n = 256c + 8i .. 256c + 8i + 7 (fewer in a short last chunk)
-//   in ascending order, p = fma chain over the group's n ascending of g[t, n] * W[n, k] from p = 0
-//   (W's bf16 value, exact in fp32).
-// - kMode 2, input fold: d_x[t, k] = value() of a compensated sum from 0 of partials[c, t, k] over
-//   c ascending; then through the cast (identity, as autograd treats .to()) and, with SiLU, its
+// that arrives in fp32 is consumed without rounding). The gradients' order:
+// - d_input partials: for each chunk c of 256 outputs n and row t, partials[c, t, k] = value() of a
+//   compensated sum (xj::CompensatedSum, from 0) that adds, for the chunk's groups of 8 outputs
+//   n = 256c + 8i .. 256c + 8i + 7 (fewer in a short last chunk) in ascending order, p = fma chain
+//   over the group's n ascending of g[t, n] * W[n, k] from p = 0 (W's bf16 value, exact in fp32);
+// - d_input: d_x[t, k] = value() of a compensated sum from 0 of partials[c, t, k] over c
+//   ascending; then through the cast (identity, as autograd treats .to()) and, with SiLU, its
 //   derivative at v = temb[t, k]:
 //   s = div(1, add(1, expf(-v))),  d_temb = mul(d_x, mul(s, add(1, mul(v, sub(1, s)))))
-//   (the fp32 backward's expression); d_input[t, k] = d_temb (fp32).
-// - kMode 1, weight and bias: d_weight[n, k] = rT(fma chain over t = 0, 1, ... of g[t, n] * x[t, k]
-//   from 0), x[t, k] = rT(silu(temb[t, k])) recomputed exactly as the forward stages it;
-//   d_bias[n] = rT(value() of a compensated sum over t ascending of g[t, n]).
+//   (the fp32 backward's expression); d_input[t, k] = d_temb (fp32);
+// - d_weight[n, k] = rT(fma chain over t = 0, 1, ... of g[t, n] * x[t, k] from 0), x[t, k] =
+//   rT(silu(temb[t, k])) recomputed exactly as the forward stages it;
+// - d_bias[n] = rT(value() of a compensated sum over t ascending of g[t, n]).
 // Row t's d_input involves no other row (batch-invariant); nothing depends on the launch geometry.
-// Geometry (speed only): the partials and weight-grad kernels are compiled for R = kRowTile row
-// slots (1, 2, 4 or 8: the planner picks the smallest R >= the live rows) and skip the slots past
-// the live rows. Partials: kThreads threads, kGroupsAhead groups of 8 weight rows (8 bytes each)
-// in flight per thread, the chunk's g staged in shared memory. Fold: a block stages the partials
-// of 32 columns, kFoldStage chunks at a time, with all its warps, and its first warp adds them.
-// Weight grad: each block stores a contiguous range of rows n (gridDim.y ranges), 8 inputs k per
-// thread, with g staged in shared memory kWeightStage rows at a time.
+// Three kernels (speed only):
+// - kMode 0, the input pass: block (column block, chunk c); a thread owns the 4 inputs
+//   k = 4v .. 4v + 3 (one 8-byte vector of each weight row), streams the chunk's weight rows
+//   through a shared-memory ring (async copies, kStages - 1 groups of 8 rows in flight) and adds
+//   them into its partials; where d_weight is asked for, it stores the same rows' d_weight, so the
+//   backward reads W and writes d_W in one pass; column block 0 stores d_bias;
+// - kMode 2, the fold: a block stages the partials of 32 columns j = t * K + k, kFoldStage
+//   chunks at a time, with all its warps, and its first warp adds them;
+// - kMode 1, d_weight and d_bias alone (no d_input asked for): each block stores a contiguous
+//   range of rows n (gridDim.y ranges), 8 inputs k per thread, g staged kWeightStage rows at a time.
+// The input pass and the weight grad are compiled for R = kRowTile row slots (1, 2, 4 or 8: the
+// planner picks the smallest R >= the live rows) and skip the slots past the live rows.
 namespace det_linear_grad_bf16 {
 
 constexpr int kK = spec::kInFeatures;
@@ -32,16 +35,14 @@ constexpr int kRows = spec::kRowTile;  // row slots R
 constexpr int kThreads = spec::kThreads;
 constexpr int kChunk = spec::kChunk;
 constexpr int kGroup = spec::kGroup;
-constexpr int kGroupsAhead = 2;
+constexpr int kStages = 4;  // the input pass's ring: groups of weight rows in flight + 1
 constexpr long long kChunks = (kN + kChunk - 1) / kChunk;
 constexpr int kFoldColumns = spec::kFoldColumns;
 constexpr int kFoldStage = 128;  // chunks staged at a time by the fold
 constexpr int kWeightStage = spec::kWeightStage;
 typedef xj::CompensatedSum Sum;
 static_assert(kK % 8 == 0, "in_features must be a multiple of 8 (8- and 16-byte weight vectors)");
-static_assert(kChunk % (kGroup * kGroupsAhead) == 0, "a chunk is whole rounds of the pipeline");
 static_assert(kRows == 1 || kRows == 2 || kRows == 4 || kRows == 8, "the row slots are 1, 2, 4 or 8");
-static_assert(kWeightStage <= kThreads, "a thread per staged row adds its bias");
 static_assert(kFoldStage % 8 == 0, "the fold adds whole runs of 8 staged partials");
 
 __device__ __forceinline__ float grad_at(const void* grad, long long at) {
@@ -76,58 +77,119 @@ __device__ __forceinline__ void grad_row(float (&g)[kRows], const float* d_v, in
   }
 }
 
-// The weight rows n0 + 8 * group + i (i < 8) of this thread's 8-byte vector; zeros past count.
-__device__ __forceinline__ void load_group(uint2 (&w)[kGroup], const xj::bf16* base, int group, int count) {
+// x[t, k0 .. k0 + kN - 1] = rT(silu(temb)) or rT(temb), as the forward stages it, as fp32.
+template <int kCount>
+__device__ __forceinline__ void input_values(float (&x)[kCount], const float* __restrict__ temb, int t, int k0) {
+  const float4* src = reinterpret_cast<const float4*>(temb + (long long)t * kK + k0);
 #pragma unroll
-  for (int i = 0; i < kGroup; ++i) {
-    const int n = kGroup * group + i;
-    w[i] = n < count ? xj::load_streamed_8(base + (long long)n * kK) : make_uint2(0u, 0u);
+  for (int q = 0; q < kCount / 4; ++q) {
+    const float4 f = src[q];
+    const float a[4] = {f.x, f.y, f.z, f.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float v = a[e];
+      if (spec::kSilu) v = xj::div(v, xj::add(1.0f, expf(-v)));
+      x[4 * q + e] = xj::to_float(xj::round_to<xj::bf16>(v));
+    }
   }
 }
 
-// Adds group `group` of the chunk into the live rows' sums. Outputs past count have zero weights
-// and a zero g: fma(0, 0, p) is p exactly (p is never -0: it starts at +0 and round-to-nearest
-// sums are -0 only from two -0's), so a short last group needs no guard.
-__device__ __forceinline__ void add_group(Sum (&sums)[kRows][4], const uint2 (&w)[kGroup], const float* d_v,
-                                          int group, int live_rows) {
-  float p[kRows][4];
+// d_weight[n, k] for this thread's inputs: rT(fma chain over the live t of g[t, n] * x[t, k]),
+// two bf16 per word.
+template <int kCount>
+__device__ __forceinline__ void weight_words(xj::u32 (&words)[kCount / 2], const float (&g)[kRows],
+                                             const float (&x)[kRows][kCount], int live_rows) {
 #pragma unroll
-  for (int t = 0; t < kRows; ++t)
+  for (int e = 0; e < kCount / 2; ++e) {
+    float w0 = 0.0f, w1 = 0.0f;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) p[t][e] = 0.0f;
+    for (int t = 0; t < kRows; ++t)
+      if (t < live_rows) {
+        w0 = xj::fma(g[t], x[t][2 * e], w0);
+        w1 = xj::fma(g[t], x[t][2 * e + 1], w1);
+      }
+    words[e] = (xj::u32)xj::round_to<xj::bf16>(w0).bits | ((xj::u32)xj::round_to<xj::bf16>(w1).bits << 16);
+  }
+}
+
+// d_bias[n0 + n] = rT(compensated sum over the live t of the staged g), a thread per row.
+__device__ __forceinline__ void bias_rows(xj::bf16* __restrict__ d_bias, const float* d_v, long long n0, int count,
+                                          int live_rows) {
+  for (int n = threadIdx.x; n < count; n += blockDim.x) {
+    Sum b;
 #pragma unroll
-  for (int i = 0; i < kGroup; ++i) {
-    float g[kRows];
-    grad_row(g, d_v, kGroup * group + i);
-    const float wf[4] = {lo_of(w[i].x), hi_of(w[i].x), lo_of(w[i].y), hi_of(w[i].y)};
+    for (int t = 0; t < kRows; ++t)
+      if (t < live_rows) b.add(d_v[n * kRows + t]);
+    d_bias[n0 + n] = xj::round_to<xj::bf16>(b.value());
+  }
+}
+
+// One pass over the chunk's weight rows for this thread's 4 inputs k = 4 vec .. + 3: the d_input
+// partials and, where d_weight is asked for, the same rows of d_weight. The rows stream through a
+// shared-memory ring of kStages groups by async copies, each thread reading back only its own.
+__device__ __forceinline__ void input_pass(const xj::bf16* __restrict__ weight, const float* __restrict__ temb,
+                                           float* __restrict__ partials, xj::bf16* __restrict__ d_weight,
+                                           const float* d_v, uint2 (*ring)[kGroup][kThreads], long long chunk,
+                                           int count, int vec, int live_rows) {
+  const long long n0 = chunk * kChunk;
+  const xj::bf16* base = weight + n0 * kK + 4 * vec;
+  const int groups = (count + kGroup - 1) / kGroup;
+  auto issue = [&](int group) {
+    if (group < groups)
+#pragma unroll
+      for (int i = 0; i < kGroup; ++i) {
+        const int n = kGroup * group + i;
+        if (n < count) xj::async_copy_8(&ring[group % kStages][i][threadIdx.x], base + (long long)n * kK);
+      }
+    xj::async_commit();
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(s);
+  float x[kRows][4];
+#pragma unroll
+  for (int t = 0; t < kRows; ++t) {
+    if (t < live_rows && d_weight) {
+      input_values(x[t], temb, t, 4 * vec);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[t][e] = 0.0f;
+    }
+  }
+  Sum sums[kRows][4];
+#pragma unroll 1
+  for (int group = 0; group < groups; ++group) {
+    issue(group + kStages - 1);
+    xj::async_wait<kStages - 1>();
+    float p[kRows][4];
+#pragma unroll
+    for (int t = 0; t < kRows; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) p[t][e] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i) {
+      // Rows past count: zero weights and a zero g, so fma(0, 0, p) leaves p exactly (p is never
+      // -0: it starts at +0 and round-to-nearest sums are -0 only from two -0's).
+      const int n = kGroup * group + i;
+      const uint2 w = n < count ? ring[group % kStages][i][threadIdx.x] : make_uint2(0u, 0u);
+      float g[kRows];
+      grad_row(g, d_v, n);
+      const float wf[4] = {lo_of(w.x), hi_of(w.x), lo_of(w.y), hi_of(w.y)};
+#pragma unroll
+      for (int t = 0; t < kRows; ++t)
+        if (t < live_rows)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) p[t][e] = xj::fma(g[t], wf[e], p[t][e]);
+      if (d_weight && n < count) {
+        xj::u32 words[2];
+        weight_words(words, g, x, live_rows);
+        *reinterpret_cast<uint2*>(d_weight + (n0 + n) * kK + 4 * vec) = make_uint2(words[0], words[1]);
+      }
+    }
 #pragma unroll
     for (int t = 0; t < kRows; ++t)
       if (t < live_rows)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) p[t][e] = xj::fma(g[t], wf[e], p[t][e]);
-  }
-#pragma unroll
-  for (int t = 0; t < kRows; ++t)
-    if (t < live_rows)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sums[t][e].add(p[t][e]);
-}
-
-__device__ __forceinline__ void input_partials(const xj::bf16* __restrict__ weight, float* __restrict__ partials,
-                                               const float* d_v, long long chunk, int count, int vec, int live_rows) {
-  Sum sums[kRows][4];
-  const xj::bf16* base = weight + chunk * kChunk * kK + 4 * vec;
-  uint2 ring[kGroupsAhead][kGroup];
-#pragma unroll
-  for (int d = 0; d < kGroupsAhead; ++d) load_group(ring[d], base, d, count);
-  const int groups = (count + kGroup - 1) / kGroup;
-#pragma unroll 1
-  for (int g0 = 0; g0 < groups; g0 += kGroupsAhead) {
-#pragma unroll
-    for (int d = 0; d < kGroupsAhead; ++d) {
-      if (g0 + d < groups) add_group(sums, ring[d], d_v, g0 + d, live_rows);
-      if (g0 + d + kGroupsAhead < groups) load_group(ring[d], base, g0 + d + kGroupsAhead, count);
-    }
+        for (int e = 0; e < 4; ++e) sums[t][e].add(p[t][e]);
   }
 #pragma unroll
   for (int t = 0; t < kRows; ++t) {
@@ -179,19 +241,6 @@ __device__ __forceinline__ void input_fold(const float* __restrict__ partials, c
   d_input[j] = d;
 }
 
-// x[t, 8v .. 8v + 7] = rT(silu(temb)) or rT(temb), as the forward stages it, as fp32.
-__device__ __forceinline__ void input_vector(float (&x)[8], const float* __restrict__ temb, int t, int vec) {
-  const float4* src = reinterpret_cast<const float4*>(temb + (long long)t * kK + 8 * vec);
-  const float4 f0 = src[0], f1 = src[1];
-  const float a[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    float v = a[e];
-    if (spec::kSilu) v = xj::div(v, xj::add(1.0f, expf(-v)));
-    x[e] = xj::to_float(xj::round_to<xj::bf16>(v));
-  }
-}
-
 // d_weight rows [n0, n1) for this thread's 8 inputs (vec < 0: g staging and the bias only), and
 // d_bias of those rows where asked.
 __device__ __forceinline__ void weight_rows(const void* __restrict__ grad, const float* __restrict__ temb,
@@ -202,7 +251,7 @@ __device__ __forceinline__ void weight_rows(const void* __restrict__ grad, const
 #pragma unroll
   for (int t = 0; t < kRows; ++t) {
     if (t < live_rows && vec >= 0) {
-      input_vector(x[t], temb, t, vec);
+      input_values(x[t], temb, t, 8 * vec);
     } else {
 #pragma unroll
       for (int e = 0; e < 8; ++e) x[t][e] = 0.0f;
@@ -214,30 +263,14 @@ __device__ __forceinline__ void weight_rows(const void* __restrict__ grad, const
     __syncthreads();  // the previous stage's reads are done
     stage_grad(d_v, grad, s0, here, kWeightStage, live_rows);
     __syncthreads();
-    if (d_bias && threadIdx.x < here) {
-      Sum b;
-#pragma unroll
-      for (int t = 0; t < kRows; ++t)
-        if (t < live_rows) b.add(d_v[threadIdx.x * kRows + t]);
-      d_bias[s0 + threadIdx.x] = xj::round_to<xj::bf16>(b.value());
-    }
+    if (d_bias) bias_rows(d_bias, d_v, s0, here, live_rows);
     if (vec < 0) continue;
 #pragma unroll 1
     for (int r = 0; r < here; ++r) {
       float g[kRows];
       grad_row(g, d_v, r);
       xj::u32 words[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float w0 = 0.0f, w1 = 0.0f;
-#pragma unroll
-        for (int t = 0; t < kRows; ++t) {
-          if (t >= live_rows) break;
-          w0 = xj::fma(g[t], x[t][2 * e], w0);
-          w1 = xj::fma(g[t], x[t][2 * e + 1], w1);
-        }
-        words[e] = (xj::u32)xj::round_to<xj::bf16>(w0).bits | ((xj::u32)xj::round_to<xj::bf16>(w1).bits << 16);
-      }
+      weight_words(words, g, x, live_rows);
       *reinterpret_cast<uint4*>(d_weight + (s0 + r) * kK + 8 * vec) = make_uint4(words[0], words[1], words[2], words[3]);
     }
   }
@@ -252,15 +285,18 @@ XJ_ENTRY(const void* __restrict__ grad, const float* __restrict__ temb, const xj
   using namespace det_linear_grad_bf16;
   const int live_rows = rows < kRows ? (int)rows : kRows;
   if (spec::kMode == 0) {
+    // The input pass, with d_weight and d_bias where asked for (d_bias by column block 0).
     __shared__ __align__(16) float d_v[kChunk * kRows];
+    __shared__ uint2 ring[kStages][kGroup][kThreads];
     const long long chunk = blockIdx.y;
     const long long n0 = chunk * kChunk;
     const int count = kN - n0 < kChunk ? (int)(kN - n0) : kChunk;
     stage_grad(d_v, grad, n0, count, kChunk, live_rows);
     __syncthreads();
+    if (d_bias && blockIdx.x == 0) bias_rows(d_bias, d_v, n0, count, live_rows);
     const int vec = blockIdx.x * kThreads + threadIdx.x;
     if (vec >= kK / 4) return;
-    input_partials(weight, partials, d_v, chunk, count, vec, live_rows);
+    input_pass(weight, temb, partials, d_weight, d_v, ring, chunk, count, vec, live_rows);
   } else if (spec::kMode == 2) {
     input_fold(partials, temb, d_input, live_rows);
   } else {

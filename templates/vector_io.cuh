@@ -44,12 +44,17 @@ XJ_DEVICE uint4 load_streamed(const void* src) {
   return v;
 }
 
-// 8 bytes read once (the bf16 det_linear backward's weights), as load_streamed.
-XJ_DEVICE uint2 load_streamed_8(const void* src) {
-  uint2 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(src));
-  return v;
+#if __CUDA_ARCH__ >= 800
+// 8 bytes copied to shared memory asynchronously (cp.async, sm_80+), completed by the thread's
+// own async_wait; streamed data, so L1 is bypassed where the size allows (.cg is 16 bytes only).
+XJ_DEVICE void async_copy_8(void* shared_dst, const void* src) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
 }
+XJ_DEVICE void async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most kPending of this thread's committed groups are still in flight.
+template <int kPending> XJ_DEVICE void async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory"); }
+#endif
 
 template <typename T, int N> XJ_DEVICE void store_pack(T* dst, const Pack<T, N, true>& p) {
   asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};"

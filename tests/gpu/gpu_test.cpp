@@ -767,12 +767,26 @@ TEST_F(Gpu, DetLinearBf16BackwardMatchesTheModel) {
         std::vector<float> d_x;  // d_input without SiLU: the sum the SiLU derivative then scales
         for (bool silu : {false, true}) {
           SCOPED_TRACE(fmt::format("N = {}, T = {}, {} grad, silu {}", N, T, bf16_grad ? "bf16" : "fp32", silu ? "on" : "off"));
-          std::vector<float> d_input[2];
-          std::vector<uint16_t> d_weight[2], d_bias[2];
-          for (int run = 0; run < 2; ++run) {
-            const Status status = runtime().det_linear_backward(bf16_grad ? t_g16 : t_g32, nullptr, t_temb, t_w, &t_in,
-                                                                &t_dw, &t_db, &t_ws, silu, nullptr);
-            ASSERT_TRUE(status.ok()) << status.message();
+          // Runs 0 and 1: every gradient at once (the input pass writes d_weight and d_bias too);
+          // run 2: d_input alone, then d_weight and d_bias alone (the weight-grad kernel), into
+          // outputs poisoned with 0xFF first.
+          std::vector<float> d_input[3];
+          std::vector<uint16_t> d_weight[3], d_bias[3];
+          const DLTensor& g = bf16_grad ? t_g16 : t_g32;
+          for (int run = 0; run < 3; ++run) {
+            for (DeviceBuffer* out : {d_in, d_dw, d_db}) ASSERT_FALSE(static_cast<bool>(out->fill(0xFF)));
+            if (run < 2) {
+              const Status status = runtime().det_linear_backward(g, nullptr, t_temb, t_w, &t_in, &t_dw, &t_db, &t_ws,
+                                                                  silu, nullptr);
+              ASSERT_TRUE(status.ok()) << status.message();
+            } else {
+              const Status input = runtime().det_linear_backward(g, nullptr, t_temb, t_w, &t_in, nullptr, nullptr,
+                                                                 &t_ws, silu, nullptr);
+              ASSERT_TRUE(input.ok()) << input.message();
+              const Status weight = runtime().det_linear_backward(g, nullptr, t_temb, t_w, nullptr, &t_dw, &t_db,
+                                                                  nullptr, silu, nullptr);
+              ASSERT_TRUE(weight.ok()) << weight.message();
+            }
             ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
             d_input[run].resize(T * K);
             d_weight[run].resize(N * K);
@@ -784,6 +798,9 @@ TEST_F(Gpu, DetLinearBf16BackwardMatchesTheModel) {
           EXPECT_EQ(d_input[0], d_input[1]) << "d_input repeats";
           EXPECT_EQ(d_weight[0], d_weight[1]) << "d_weight repeats";
           EXPECT_EQ(d_bias[0], d_bias[1]) << "d_bias repeats";
+          EXPECT_EQ(d_input[0], d_input[2]) << "d_input alone";
+          EXPECT_EQ(d_weight[0], d_weight[2]) << "d_weight alone (the weight-grad kernel)";
+          EXPECT_EQ(d_bias[0], d_bias[2]) << "d_bias alone (the weight-grad kernel)";
           std::vector<float> model_in(T * K);
           std::vector<uint16_t> model_w(N * K), model_b(N);
           det_linear_bf16_backward_model(grad.data(), reinterpret_cast<const float*>(temb.data()),

@@ -38,10 +38,11 @@ int64_t det_linear_bf16_backward_column_blocks(Op op, int64_t in_features) {
 }
 
 llvm::ArrayRef<int> det_linear_backward_row_tiles(DType weight_dtype, Op op) {
+  static constexpr int kInputPassSlots[] = {1, 2, 3, 4, kMaxRows};  // T = 3 is the models' batch
   static constexpr int kRowSlots[] = {1, 2, 4, kMaxRows};
-  const bool per_row_slots =
-      weight_dtype == DType::BF16 && (op == Op::DetLinearInputGrad || op == Op::DetLinearWeightGrad);
-  return per_row_slots ? llvm::ArrayRef<int>(kRowSlots) : llvm::ArrayRef<int>(kRowSlots).take_back();
+  if (weight_dtype == DType::BF16 && op == Op::DetLinearInputGrad) return kInputPassSlots;
+  if (weight_dtype == DType::BF16 && op == Op::DetLinearWeightGrad) return kRowSlots;
+  return llvm::ArrayRef<int>(kRowSlots).take_back();
 }
 
 int det_linear_backward_row_tile(DType weight_dtype, Op op, int64_t rows) {

@@ -51,9 +51,10 @@ int64_t det_linear_bf16_backward_column_blocks(Op op, int64_t in_features);
 /// The most rows T one backward call takes.
 inline constexpr int kDetLinearBackwardMaxRows = 8;
 
-/// The row tiles a det_linear backward kernel is compiled for, ascending. The bf16 input partials
-/// and weight grad unroll over their row slots (sums and inputs in registers), so each compiled
-/// kernel holds one R = 1, 2, 4 or 8; the other kernels' code does not depend on the rows (8).
+/// The row tiles a det_linear backward kernel is compiled for, ascending. The bf16 input pass and
+/// weight grad unroll over their row slots (sums and inputs in registers), so each compiled kernel
+/// holds one R: the input pass 1, 2, 3, 4 or 8 (it computes every slot), the weight grad 1, 2, 4 or
+/// 8; the other kernels' code does not depend on the rows (8).
 llvm::ArrayRef<int> det_linear_backward_row_tiles(DType weight_dtype, Op op);
 /// The row tile a call of `rows` live rows selects: the smallest row tile >= rows (8 past 8).
 int det_linear_backward_row_tile(DType weight_dtype, Op op, int64_t rows);

@@ -25,8 +25,9 @@
 //   chunks at a time, with all its warps, and its first warp adds them;
 // - kMode 1, d_weight and d_bias alone (no d_input asked for): each block stores a contiguous
 //   range of rows n (gridDim.y ranges), 8 inputs k per thread, g staged kWeightStage rows at a time.
-// The input pass and the weight grad are compiled for R = kRowTile row slots (1, 2, 4 or 8: the
-// planner picks the smallest R >= the live rows) and skip the slots past the live rows.
+// The input pass is compiled for R = kRowTile row slots (1, 2, 3, 4 or 8) and computes every
+// slot; the weight grad for 1, 2, 4 or 8 and skips the slots past the live rows. The planner picks
+// the smallest R >= the live rows.
 namespace det_linear_grad_bf16 {
 
 constexpr int kK = spec::kInFeatures;
@@ -42,7 +43,7 @@ constexpr int kFoldStage = 128;  // chunks staged at a time by the fold
 constexpr int kWeightStage = spec::kWeightStage;
 typedef xj::CompensatedSum Sum;
 static_assert(kK % 8 == 0, "in_features must be a multiple of 8 (8- and 16-byte weight vectors)");
-static_assert(kRows == 1 || kRows == 2 || kRows == 4 || kRows == 8, "the row slots are 1, 2, 4 or 8");
+static_assert(kRows >= 1 && kRows <= 8, "the row slots are 1 to 8");
 static_assert(kFoldStage % 8 == 0, "the fold adds whole runs of 8 staged partials");
 
 __device__ __forceinline__ float grad_at(const void* grad, long long at) {
@@ -108,7 +109,7 @@ __device__ __forceinline__ void weight_words(xj::u32 (&words)[kCount / 2], const
         w0 = xj::fma(g[t], x[t][2 * e], w0);
         w1 = xj::fma(g[t], x[t][2 * e + 1], w1);
       }
-    words[e] = (xj::u32)xj::round_to<xj::bf16>(w0).bits | ((xj::u32)xj::round_to<xj::bf16>(w1).bits << 16);
+    words[e] = xj::round_pair_to_bf16(w0, w1);
   }
 }
 
@@ -127,6 +128,9 @@ __device__ __forceinline__ void bias_rows(xj::bf16* __restrict__ d_bias, const f
 // One pass over the chunk's weight rows for this thread's 4 inputs k = 4 vec .. + 3: the d_input
 // partials and, where d_weight is asked for, the same rows of d_weight. The rows stream through a
 // shared-memory ring of kStages groups by async copies, each thread reading back only its own.
+// Every slot is computed: a slot past the live rows has g = 0 and x = 0, so its partials are zeros
+// (not stored) and its fma(0, 0, w) leaves the live rows' d_weight chains exactly as they are (a
+// chain is never -0: it starts at +0 and round-to-nearest sums are -0 only from two -0's).
 __device__ __forceinline__ void input_pass(const xj::bf16* __restrict__ weight, const float* __restrict__ temb,
                                            float* __restrict__ partials, xj::bf16* __restrict__ d_weight,
                                            const float* d_v, uint2 (*ring)[kGroup][kThreads], long long chunk,
@@ -167,8 +171,7 @@ __device__ __forceinline__ void input_pass(const xj::bf16* __restrict__ weight, 
       for (int e = 0; e < 4; ++e) p[t][e] = 0.0f;
 #pragma unroll
     for (int i = 0; i < kGroup; ++i) {
-      // Rows past count: zero weights and a zero g, so fma(0, 0, p) leaves p exactly (p is never
-      // -0: it starts at +0 and round-to-nearest sums are -0 only from two -0's).
+      // Rows past count: zero weights and a zero g, so fma(0, 0, p) leaves p exactly.
       const int n = kGroup * group + i;
       const uint2 w = n < count ? ring[group % kStages][i][threadIdx.x] : make_uint2(0u, 0u);
       float g[kRows];
@@ -176,20 +179,18 @@ __device__ __forceinline__ void input_pass(const xj::bf16* __restrict__ weight, 
       const float wf[4] = {lo_of(w.x), hi_of(w.x), lo_of(w.y), hi_of(w.y)};
 #pragma unroll
       for (int t = 0; t < kRows; ++t)
-        if (t < live_rows)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) p[t][e] = xj::fma(g[t], wf[e], p[t][e]);
+        for (int e = 0; e < 4; ++e) p[t][e] = xj::fma(g[t], wf[e], p[t][e]);
       if (d_weight && n < count) {
         xj::u32 words[2];
-        weight_words(words, g, x, live_rows);
+        weight_words(words, g, x, kRows);
         *reinterpret_cast<uint2*>(d_weight + (n0 + n) * kK + 4 * vec) = make_uint2(words[0], words[1]);
       }
     }
 #pragma unroll
     for (int t = 0; t < kRows; ++t)
-      if (t < live_rows)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) sums[t][e].add(p[t][e]);
+      for (int e = 0; e < 4; ++e) sums[t][e].add(p[t][e]);
   }
 #pragma unroll
   for (int t = 0; t < kRows; ++t) {

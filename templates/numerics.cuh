@@ -133,6 +133,18 @@ template <> struct Round<fp16> {
 // rT(v): round an fp32 value to the storage type T (identity for float).
 template <typename T> XJ_HD T round_to(float v) { return Round<T>::from(v); }
 
+// rT of two values as one word of two bf16, lo in the low half: round_to<bf16> of each, in one
+// cvt.rn.bf16x2 on sm_80 and newer.
+XJ_HD u32 round_pair_to_bf16(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+#else
+  return static_cast<u32>(Round<bf16>::from(lo).bits) | static_cast<u32>(Round<bf16>::from(hi).bits) << 16;
+#endif
+}
+
 // The GPU returns the canonical NaN 0x7FFFFFFF from every arithmetic instruction; x86 keeps an
 // input's payload (or makes 0xFFC00000). The host model follows the GPU.
 XJ_HD float canonical_nan_model(float v) { return v != v ? bits_to_float(0x7FFFFFFFu) : v; }

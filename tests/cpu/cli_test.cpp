@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <regex>
+#include <tuple>
 
 namespace exactjit {
 namespace {
@@ -334,11 +335,16 @@ TEST(Cli, InspectPicksTheDetLinearBackwardRowTile) {
     args.insert(args.end(), extra.begin(), extra.end());
     return cli.run(args);
   };
-  for (const auto& [rows, tile] : {std::pair{"", 4}, {"1", 1}, {"2", 2}, {"3", 4}, {"5", 8}, {"8", 8}}) {
-    const auto result = source("det_linear_input_grad", *rows ? std::vector<std::string>{"--rows", rows}
-                                                              : std::vector<std::string>{});
+  // The input pass has a tile for T = 3 (the default rows); the weight grad takes 4 there.
+  for (const auto& [rows, tile, weight_tile] :
+       {std::tuple{"", 3, 4}, {"1", 1, 1}, {"2", 2, 2}, {"3", 3, 4}, {"5", 8, 8}, {"8", 8, 8}}) {
+    const std::vector<std::string> flags = *rows ? std::vector<std::string>{"--rows", rows} : std::vector<std::string>{};
+    const auto result = source("det_linear_input_grad", flags);
     EXPECT_EQ(result.exit_code, 0) << result.err;
     EXPECT_NE(result.out.find(fmt::format("constexpr int kRowTile = {};", tile)), std::string::npos) << rows;
+    const auto weight = source("det_linear_weight_grad", flags);
+    EXPECT_EQ(weight.exit_code, 0) << weight.err;
+    EXPECT_NE(weight.out.find(fmt::format("constexpr int kRowTile = {};", weight_tile)), std::string::npos) << rows;
   }
   const auto fold = source("det_linear_input_fold", {"--rows", "1"});
   EXPECT_EQ(fold.exit_code, 0) << fold.err;

@@ -82,7 +82,7 @@ TEST(DetLinearBf16BackwardValidation, PlansTheInputPassAndTheFold) {
         EXPECT_EQ(spec.grad_dtype, grad_dtype);
         EXPECT_TRUE(spec.silu);
         EXPECT_EQ(spec.out_features, n);
-        EXPECT_EQ(spec.row_tile, ops[i] == Op::DetLinearInputFold ? 8 : 4) << "3 rows: 4 row slots";
+        EXPECT_EQ(spec.row_tile, ops[i] == Op::DetLinearInputFold ? 8 : 3) << "3 rows: 3 row slots";
         EXPECT_EQ(sequence->steps[i].params[7], 3u) << "rows";
       }
       EXPECT_EQ(sequence->steps[0].grid, 6u);  // 672 vectors of 4 inputs over 128-thread blocks
@@ -104,7 +104,7 @@ TEST(DetLinearBf16BackwardValidation, PlansTheInputPassAndTheFold) {
 // The input pass and the weight grad run the smallest row tile >= T; the fold's code does not
 // depend on the rows (row tile 8).
 TEST(DetLinearBf16BackwardValidation, RowsSelectTheRowTile) {
-  const int tiles[] = {1, 2, 4, 4, 8, 8, 8, 8};
+  const int tiles[] = {1, 2, 3, 4, 8, 8, 8, 8}, weight_tiles[] = {1, 2, 4, 4, 8, 8, 8, 8};
   for (int64_t rows = 1; rows <= 8; ++rows) {
     BackwardCall call(rows);
     auto sequence = plan_det_linear_backward(call.args());
@@ -116,7 +116,7 @@ TEST(DetLinearBf16BackwardValidation, RowsSelectTheRowTile) {
     auto weight_only = plan_det_linear_backward(
         {call.grad.t, nullptr, call.temb.t, call.weight.t, nullptr, &call.d_weight.t, &call.d_bias.t, nullptr, true});
     ASSERT_TRUE(static_cast<bool>(weight_only)) << llvm::toString(weight_only.takeError());
-    EXPECT_EQ(weight_only->steps[0].spec.row_tile, tiles[rows - 1]) << rows << " rows";
+    EXPECT_EQ(weight_only->steps[0].spec.row_tile, weight_tiles[rows - 1]) << rows << " rows";
   }
 }
 
@@ -256,16 +256,15 @@ std::vector<KernelSpec> projection_specs() {
   for (int64_t n : {kBlockN, kFinalN})
     for (Op op : kOps)
       for (DType grad : {DType::BF16, DType::F32})
-        for (int rows : {1, 2, 4, 8})
-          if (op != Op::DetLinearInputFold || rows == 8)
-            specs.push_back(det_linear_backward_spec(DType::BF16, kK, n, true, op, grad, rows));
+        for (int rows : det_linear_backward_row_tiles(DType::BF16, op))
+          specs.push_back(det_linear_backward_spec(DType::BF16, kK, n, true, op, grad, rows));
   return specs;
 }
 
 TEST(DetLinearBf16BackwardSpec, CatalogHasTheProjectionBackwardsForEveryT) {
   const Target target{90, false};
   const std::vector<KernelSpec> catalog = default_catalog(target);
-  EXPECT_EQ(projection_specs().size(), 2u * 2 * (4 + 1 + 4));  // shapes x gradient dtypes x (tiles per kernel)
+  EXPECT_EQ(projection_specs().size(), 2u * 2 * (5 + 1 + 4));  // shapes x gradient dtypes x (tiles per kernel)
   for (KernelSpec spec : projection_specs()) {
     spec.target = target;
     EXPECT_NE(std::find(catalog.begin(), catalog.end(), spec), catalog.end()) << spec.describe();
@@ -283,13 +282,13 @@ TEST(DetLinearBf16BackwardSpec, CatalogHasTheProjectionBackwardsForEveryT) {
 TEST(DetLinearBf16BackwardSpec, FamilyHasEveryRowTile) {
   for (Op op : kOps) {
     const std::vector<KernelSpec> family = spec_family(op, DType::BF16, kK, kBlockN, Target{90, false});
-    const size_t tiles = op == Op::DetLinearInputFold ? 1 : 4;
+    const size_t tiles = op == Op::DetLinearInputFold ? 1 : op == Op::DetLinearInputGrad ? 5 : 4;
     EXPECT_EQ(family.size(), 2 * 2 * tiles) << op_name(op);  // activations x gradient dtypes x row tiles
     for (const KernelSpec& spec : family) EXPECT_FALSE(static_cast<bool>(validate_spec(spec))) << spec.describe();
   }
 }
 
-TEST(DetLinearBf16BackwardSpec, RowTileIsOneTwoFourOrEight) {
+TEST(DetLinearBf16BackwardSpec, RowTileIsOneOfTheCompiledTiles) {
   auto error = [](KernelSpec spec, int row_tile) {
     spec.target = Target{90, false};
     spec.row_tile = row_tile;
@@ -298,10 +297,13 @@ TEST(DetLinearBf16BackwardSpec, RowTileIsOneTwoFourOrEight) {
   };
   for (Op op : {Op::DetLinearInputGrad, Op::DetLinearWeightGrad}) {
     const KernelSpec spec = det_linear_backward_spec(DType::BF16, kK, kBlockN, true, op, DType::BF16, 1);
-    for (int tile : {1, 2, 4, 8}) EXPECT_EQ(error(spec, tile), "accepted") << tile;
-    for (int tile : {0, 3, 16}) {
+    const bool input_pass = op == Op::DetLinearInputGrad;
+    for (int tile : input_pass ? std::vector<int>{1, 2, 3, 4, 8} : std::vector<int>{1, 2, 4, 8})
+      EXPECT_EQ(error(spec, tile), "accepted") << tile;
+    for (int tile : input_pass ? std::vector<int>{0, 5, 16} : std::vector<int>{0, 3, 16}) {
       const std::string message = error(spec, tile);
-      EXPECT_NE(message.find(fmt::format("rows (the row tile) must be in {{1, 2, 4, 8}} (got {})", tile)),
+      EXPECT_NE(message.find(fmt::format("rows (the row tile) must be in {{{}}} (got {})",
+                                         input_pass ? "1, 2, 3, 4, 8" : "1, 2, 4, 8", tile)),
                 std::string::npos)
           << message;
     }
@@ -317,7 +319,7 @@ TEST(DetLinearBf16BackwardSpec, RowTileIsOneTwoFourOrEight) {
 
 TEST(DetLinearBf16BackwardSpec, RowTileNamesTheKernelAndItsCacheKey) {
   std::vector<KernelSpec> specs;
-  for (int rows : {1, 2, 4, 8})
+  for (int rows : {1, 2, 3, 4, 8})
     specs.push_back(
         det_linear_backward_spec(DType::BF16, kK, kBlockN, true, Op::DetLinearInputGrad, DType::BF16, rows));
   for (size_t i = 0; i < specs.size(); ++i) {

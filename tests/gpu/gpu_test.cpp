@@ -718,12 +718,12 @@ TEST_F(Gpu, DetLinearBackwardMatchesTheModel) {
   }
 }
 
-// det_linear backward with bf16 weights (the final AdaLN projection's shape, 2688 -> 2H): every
-// output equals the host model bit for bit without SiLU, for an fp32 and a bf16 upstream
-// gradient; with SiLU (host expf vs libdevice's) d_input within 64 units of d_x times SiLU's
-// derivative scale; all repeat. T = 1, 3 and 8 run the kernels compiled for row tiles 1, 4 and 8.
-// The 2H projection (whole 256-output chunks) and N = 1004 (a short last chunk ending in a short
-// group; weight-grad row ranges of 63 rows, so partial g stages).
+// det_linear backward with bf16 weights, K = 2688: every output equals the host model bit for bit
+// without SiLU, for an fp32 and a bf16 upstream gradient; with SiLU (host expf vs libdevice's)
+// d_input within 64 units of d_x times SiLU's derivative scale; all repeat. T = 1, 3, 4, 5 and 8
+// run the input pass compiled for row tiles 1, 3, 4, 8 and 8 (T = 5: three dead slots). N: the 2H
+// projection (whole 256-output chunks) and 1004 (a short last chunk ending in a short group;
+// weight-grad row ranges of 63 rows, so partial g stages).
 TEST_F(Gpu, DetLinearBf16BackwardMatchesTheModel) {
   using namespace selftest;
   constexpr int64_t kMaxT = 8, K = 2688;
@@ -753,7 +753,7 @@ TEST_F(Gpu, DetLinearBf16BackwardMatchesTheModel) {
     const DLTensor t_dw = device_tensor(*d_dw, 0, 0, 2, w_shape, nullptr, b16);
     const DLTensor t_db = device_tensor(*d_db, 0, 0, 1, b_shape, nullptr, b16);
     const DLTensor t_ws = device_tensor(*d_ws, 0, 0, 1, ws_shape, nullptr, DLDataType{kDLUInt, 8, 1});
-    for (int64_t T : {1, 3, 8}) {  // the leading T rows of the buffers
+    for (int64_t T : {1, 3, 4, 5, 8}) {  // the leading T rows; 5: the 8-slot tile with 3 dead slots
       int64_t g_shape[2] = {T, N}, x_shape[2] = {T, K};
       const DLTensor t_g32 = device_tensor(*d_g32, 0, 0, 2, g_shape, nullptr, f32);
       const DLTensor t_g16 = device_tensor(*d_g16, 0, 0, 2, g_shape, nullptr, b16);

@@ -39,7 +39,7 @@ llvm::Expected<LaunchSequence> plan_det_linear_backward(const DetLinearBackwardA
 /// per block; the weight grad stages g for kDetLinearWeightStage rows at a time.
 inline constexpr int kDetLinearBf16Chunk = 256;
 inline constexpr int kDetLinearBf16Group = 8;
-inline constexpr int kDetLinearFoldColumns = 32;
+inline constexpr int kDetLinearFoldColumns = 16;
 inline constexpr int kDetLinearWeightStage = 64;
 /// Threads per block: 128 for the partials and weight-grad kernels, 256 for the fold.
 int det_linear_bf16_backward_threads(Op op);

@@ -21,8 +21,8 @@
 //   through a shared-memory ring (async copies, kStages - 1 groups of 8 rows in flight) and adds
 //   them into its partials; where d_weight is asked for, it stores the same rows' d_weight, so the
 //   backward reads W and writes d_W in one pass; column block 0 stores d_bias;
-// - kMode 2, the fold: a block stages the partials of 32 columns j = t * K + k, kFoldStage
-//   chunks at a time, with all its warps, and its first warp adds them;
+// - kMode 2, the fold: a block stages the partials of kFoldColumns (16) columns j = t * K + k,
+//   kFoldStage chunks at a time, with all its threads, and its first 16 threads add them;
 // - kMode 1, d_weight and d_bias alone (no d_input asked for): each block stores a contiguous
 //   range of rows n (gridDim.y ranges), 8 inputs k per thread, g staged kWeightStage rows at a time.
 // The input pass is compiled for R = kRowTile row slots (1, 2, 3, 4 or 8) and computes every
@@ -36,10 +36,10 @@ constexpr int kRows = spec::kRowTile;  // row slots R
 constexpr int kThreads = spec::kThreads;
 constexpr int kChunk = spec::kChunk;
 constexpr int kGroup = spec::kGroup;
-constexpr int kStages = 4;  // the input pass's ring: groups of weight rows in flight + 1
+constexpr int kStages = 3;  // the input pass's ring: groups of weight rows in flight + 1
 constexpr long long kChunks = (kN + kChunk - 1) / kChunk;
 constexpr int kFoldColumns = spec::kFoldColumns;
-constexpr int kFoldStage = 128;  // chunks staged at a time by the fold
+constexpr int kFoldStage = 384;  // chunks staged at a time by the fold (18H: all 378)
 constexpr int kWeightStage = spec::kWeightStage;
 typedef xj::CompensatedSum Sum;
 static_assert(kK % 8 == 0, "in_features must be a multiple of 8 (8- and 16-byte weight vectors)");
@@ -131,13 +131,15 @@ __device__ __forceinline__ void bias_rows(xj::bf16* __restrict__ d_bias, const f
 // Every slot is computed: a slot past the live rows has g = 0 and x = 0, so its partials are zeros
 // (not stored) and its fma(0, 0, w) leaves the live rows' d_weight chains exactly as they are (a
 // chain is never -0: it starts at +0 and round-to-nearest sums are -0 only from two -0's).
-__device__ __forceinline__ void input_pass(const xj::bf16* __restrict__ weight, const float* __restrict__ temb,
-                                           float* __restrict__ partials, xj::bf16* __restrict__ d_weight,
-                                           const float* d_v, uint2 (*ring)[kGroup][kThreads], long long chunk,
-                                           int count, int vec, int live_rows) {
+// The block's g (and, in column block 0, d_bias) is staged while the first groups are in flight.
+__device__ __forceinline__ void input_pass(const void* __restrict__ grad, const xj::bf16* __restrict__ weight,
+                                           const float* __restrict__ temb, float* __restrict__ partials,
+                                           xj::bf16* __restrict__ d_weight, xj::bf16* __restrict__ d_bias,
+                                           float* d_v, uint2 (*ring)[kGroup][kThreads], long long chunk, int count,
+                                           int vec, int live_rows) {
   const long long n0 = chunk * kChunk;
   const xj::bf16* base = weight + n0 * kK + 4 * vec;
-  const int groups = (count + kGroup - 1) / kGroup;
+  const int groups = vec < kK / 4 ? (count + kGroup - 1) / kGroup : 0;  // threads past K only stage
   auto issue = [&](int group) {
     if (group < groups)
 #pragma unroll
@@ -149,6 +151,10 @@ __device__ __forceinline__ void input_pass(const xj::bf16* __restrict__ weight, 
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s);
+  stage_grad(d_v, grad, n0, count, kChunk, live_rows);
+  __syncthreads();
+  if (d_bias && blockIdx.x == 0) bias_rows(d_bias, d_v, n0, count, live_rows);
+  if (groups == 0) return;
   float x[kRows][4];
 #pragma unroll
   for (int t = 0; t < kRows; ++t) {
@@ -200,8 +206,8 @@ __device__ __forceinline__ void input_pass(const xj::bf16* __restrict__ weight, 
   }
 }
 
-// d_input of columns j = t * K + k for the block's 32 columns: the partials staged by every warp,
-// added in chunk order by the first warp's lane j % 32.
+// d_input of columns j = t * K + k for the block's kFoldColumns columns: the partials staged by
+// every thread (all of a stage's loads in flight at once), added in chunk order by thread j % 16.
 __device__ __forceinline__ void input_fold(const float* __restrict__ partials, const float* __restrict__ temb,
                                            float* __restrict__ d_input, int live_rows) {
   __shared__ float tile[kFoldStage][kFoldColumns];
@@ -290,14 +296,9 @@ XJ_ENTRY(const void* __restrict__ grad, const float* __restrict__ temb, const xj
     __shared__ __align__(16) float d_v[kChunk * kRows];
     __shared__ uint2 ring[kStages][kGroup][kThreads];
     const long long chunk = blockIdx.y;
-    const long long n0 = chunk * kChunk;
-    const int count = kN - n0 < kChunk ? (int)(kN - n0) : kChunk;
-    stage_grad(d_v, grad, n0, count, kChunk, live_rows);
-    __syncthreads();
-    if (d_bias && blockIdx.x == 0) bias_rows(d_bias, d_v, n0, count, live_rows);
-    const int vec = blockIdx.x * kThreads + threadIdx.x;
-    if (vec >= kK / 4) return;
-    input_pass(weight, temb, partials, d_weight, d_v, ring, chunk, count, vec, live_rows);
+    const int count = kN - chunk * kChunk < kChunk ? (int)(kN - chunk * kChunk) : kChunk;
+    input_pass(grad, weight, temb, partials, d_weight, d_bias, d_v, ring, chunk, count,
+               blockIdx.x * kThreads + threadIdx.x, live_rows);
   } else if (spec::kMode == 2) {
     input_fold(partials, temb, d_input, live_rows);
   } else {

@@ -41,10 +41,11 @@ DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, i
   g.columns_per_warp = 16;  // one warp per 16 features (the mma's M)
   const int64_t chunks = (in_features + 31) / 32;
   if (has_bulk_copies(target_sm)) {
-    // Rings of 3 slots of 7 chunks (448 contiguous bytes of each of 16 rows, 7 KB) per warp, up to
-    // 8 warps next to the whole of x: 21 KB per warp, 168 KB per SM in flight or landed for the
-    // 18H projection, where a full-bandwidth SM takes ~32 KB per microsecond.
-    constexpr int kStageChunks = 7, kStages = 3;
+    // Rings of 2 slots of 11 chunks (704 contiguous bytes of each of 16 rows, 11 KB) per warp, up
+    // to 8 warps next to the whole of x: 22 KB per warp, 176 KB per SM in flight or landed for the
+    // 18H projection, where a full-bandwidth SM takes ~32 KB per microsecond. Longer copies in
+    // fewer slots measured ~2 % faster than 3 x 7, 3 x 5, 4 x 5 or 3 x 9 (docs/perf-notes.md).
+    constexpr int kStageChunks = 11, kStages = 2;
     constexpr int64_t kPerWarp = kStages * (16 * 64 * kStageChunks + 8);
     const int64_t x_bytes = 8 * (4 * chunks + (4 * chunks % 8 == 0 ? 4 : 0)) * 16;  // kRowVecs rows of x
     // Else x leaves no room for a ring (K > ~12000): stream through registers.

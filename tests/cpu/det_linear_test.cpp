@@ -199,12 +199,12 @@ TEST(DetLinearValidation, PlansTheAdalnProjection) {
   EXPECT_EQ(plan->spec.describe().rfind("det_linear dtype=bf16 in_features=2688 out_features=96768 activation=silu", 0),
             0u);
   // An H200: one persistent block of 8 warps per SM, x (8 rows of 340 16-byte vectors) and 8 rings
-  // of 3 slots of 16 x 448 bytes with their barriers in dynamic shared memory.
+  // of 2 slots of 16 x 704 bytes with their barriers in dynamic shared memory.
   auto h200 = plan_det_linear({call.x.t, call.weight.t, &call.bias.t, call.out.t, nullptr, true}, DeviceTraits{90, 132});
   ASSERT_TRUE(static_cast<bool>(h200)) << llvm::toString(h200.takeError());
   EXPECT_EQ(h200->grid, 132u);
   EXPECT_EQ(h200->threads, 256u);
-  EXPECT_EQ(h200->shared_bytes, 8u * 340 * 16 + 8 * 3 * (16 * 448 + 8));
+  EXPECT_EQ(h200->shared_bytes, 8u * 340 * 16 + 8 * 2 * (16 * 704 + 8));
   EXPECT_LE(h200->shared_bytes, 232448u);
   EXPECT_EQ(h200->spec, plan->spec) << "the target picks the kernel, the spec is the same";
   KernelSpec spec = h200->spec;
@@ -228,7 +228,7 @@ TEST(DetLinearValidation, PlansTheOtherCatalogShapes) {
     ASSERT_TRUE(static_cast<bool>(h200)) << llvm::toString(h200.takeError());
     EXPECT_EQ(h200->grid, 112u);
     EXPECT_EQ(h200->threads, 192u);
-    EXPECT_EQ(h200->shared_bytes, 8u * 340 * 16 + 6 * 3 * (16 * 448 + 8));
+    EXPECT_EQ(h200->shared_bytes, 8u * 340 * 16 + 6 * 2 * (16 * 704 + 8));
   }
   {
     // x too long to leave room for a ring next to it: through registers on sm_90 too.

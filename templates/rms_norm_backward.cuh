@@ -34,6 +34,10 @@ constexpr int kQuadsPerThread = (kQuads + kRowThreads - 1) / kRowThreads;
 constexpr bool kModulated = spec::kTableStride > 0;
 constexpr bool kHasLo = kModulated || spec::kWeighted;  // plain d_n = grad is exact
 constexpr bool kExactRstd = sizeof(T) == 4;                // fp32
+// fp32 rows keep 2 x 11 quads in registers at H = 5376: allowing 3 blocks per SM (up to 170
+// registers) keeps ptxas from spilling where it would cap at 128 (sm_100). 16-bit rows: no hint
+// (any hint changes ptxas's choice there: 64 -> 78-102 registers on sm_90).
+constexpr int kMinBlocks = sizeof(T) == 4 ? 3 : 0;
 
 static_assert(spec::kHidden % 4 == 0, "rms_norm needs H % 4 == 0");
 
@@ -67,7 +71,7 @@ __device__ __forceinline__ void load_parameters(const T* scale_row, const T* wei
 
 }  // namespace rms_norm_backward
 
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(128, rms_norm_backward::kMinBlocks)
 XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward::T* __restrict__ residual_grad,
          const rms_norm_backward::T* __restrict__ x,
          const rms_norm_backward::T* __restrict__ weight, const rms_norm_backward::T* __restrict__ scale,

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Plots of the benchmark reports: for each op family (and dtype), median ms vs S (log-log) and %
 of the measured copy bandwidth vs S, one line per implementation. Reads the JSON that
-bench_forward.py and bench_backward.py write; writes one PNG per family.
+bench_forward.py and bench_backward.py write; writes one PNG per family. bench_det_linear.py's JSON
+(--det-linear) gives one PNG: median ms per case (op, T) for each implementation beside the copy
+floor, and exactjit's speed against cuBLAS.
 
   python3 bench/plot_report.py --forward bench.json --backward bench_backward.json --out docs/evidence/plots
+  python3 bench/plot_report.py --det-linear det_linear.json --out docs/evidence/plots
 """
 import argparse
 import collections
@@ -66,14 +69,55 @@ def plot(family, dtype, impls, meta, out_dir):
     return path
 
 
+def plot_det_linear(report, out_dir):
+    cases = []  # (op, T) in report order
+    ms = collections.defaultdict(dict)
+    floor = {}
+    for row in report["rows"]:
+        if "ms" not in row:
+            continue
+        case = (row["op"], row["T"])
+        if case not in ms:
+            cases.append(case)
+        ms[case][row["impl"]] = row["ms"]
+        floor[case] = row["floor_ms"]
+    impls = sorted({impl for case in cases for impl in ms[case]})
+    labels = [f"{op}\nT={t}" for op, t in cases]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    width = 0.8 / len(impls)
+    for i, impl in enumerate(impls):
+        left.bar([c + (i - (len(impls) - 1) / 2) * width for c in range(len(cases))],
+                 [ms[case].get(impl, 0) for case in cases], width, label=impl)
+    left.scatter(range(len(cases)), [floor[case] for case in cases], marker="_", s=300, color="black",
+                 label="copy floor", zorder=3)
+    left.set(yscale="log", ylabel="median ms", title="det_linear: median ms per case")
+    left.set_xticks(range(len(cases)), labels, fontsize=6, rotation=60)
+    left.legend(fontsize=8)
+    ratios = [ms[case]["cuBLAS (eager)"] / ms[case]["exactjit"] if {"cuBLAS (eager)", "exactjit"} <= ms[case].keys()
+              else 0 for case in cases]
+    right.bar(range(len(cases)), ratios, color=["tab:green" if r >= 1 else "tab:red" for r in ratios])
+    right.axhline(1, color="gray", linewidth=0.8, linestyle="--")
+    right.set(ylabel="cuBLAS ms / exactjit ms", title="speed against cuBLAS (> 1: faster)")
+    right.set_xticks(range(len(cases)), labels, fontsize=6, rotation=60)
+    for ax in (left, right):
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+    fig.suptitle(f"{report.get('device', '?')}, commit {str(report.get('commit', '?'))[:10]}", fontsize=9)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "det_linear.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--forward", help="bench_forward.py JSON")
     p.add_argument("--backward", help="bench_backward.py JSON")
+    p.add_argument("--det-linear", help="bench_det_linear.py JSON")
     p.add_argument("--out", required=True, help="folder for the PNGs")
     args = p.parse_args()
-    if not (args.forward or args.backward):
-        p.error("give --forward and/or --backward")
+    if not (args.forward or args.backward or args.det_linear):
+        p.error("give --forward, --backward and/or --det-linear")
     os.makedirs(args.out, exist_ok=True)
     written = []
     for path, series_of in ((args.forward, forward_series), (args.backward, backward_series)):
@@ -83,6 +127,9 @@ def main():
             report = json.load(f)
         for (family, dtype), impls in sorted(series_of(report).items()):
             written.append(plot(family, dtype, impls, report, args.out))
+    if args.det_linear:
+        with open(args.det_linear) as f:
+            written.append(plot_det_linear(json.load(f), args.out))
     for path in written:
         print(path)
     return 0

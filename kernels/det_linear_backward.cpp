@@ -18,7 +18,7 @@ namespace exactjit {
 namespace {
 constexpr std::string_view kOp = "det_linear_backward";
 ArgName arg(std::string_view name) { return {kOp, name}; }
-constexpr int64_t kChunk = 64, kColumns = 128, kWeightGridBlocks = 704;
+constexpr int64_t kFp32Chunk = 64, kColumns = 128, kWeightGridBlocks = 704;  // fp32: 64-output chunks
 constexpr int kMaxRows = kDetLinearBackwardMaxRows;
 }  // namespace
 
@@ -26,7 +26,8 @@ int64_t det_linear_backward_workspace(int64_t rows, int64_t in_features, int64_t
   if (rows < 1 || rows > kMaxRows || !cap_rule(kInFeaturesCap, in_features).empty() ||
       !cap_rule(kOutFeaturesCap, out_features).empty())
     return -1;
-  return align_workspace(CheckedSize(out_features).ceil_div(kChunk) * rows * in_features * 4).value_or(-1);
+  static_assert(kFp32Chunk <= kDetLinearBf16Chunk, "the fp32 chunks bound the workspace");
+  return align_workspace(CheckedSize(out_features).ceil_div(kFp32Chunk) * rows * in_features * 4).value_or(-1);
 }
 
 int det_linear_bf16_backward_threads(Op op) { return op == Op::DetLinearInputFold ? 256 : static_cast<int>(kColumns); }
@@ -173,7 +174,7 @@ llvm::Expected<LaunchSequence> plan_det_linear_backward(const DetLinearBackwardA
       plan.push(v);
   };
   if (a.d_input) {
-    const int64_t chunks = (out_features + kChunk - 1) / kChunk;
+    const int64_t chunks = (out_features + kFp32Chunk - 1) / kFp32Chunk;
     if (chunks > 65535) return invalid(arg("weight"), "has too many rows for the chunked d_input");
     const uint64_t ws = data_address(*a.workspace);
     add(Op::DetLinearInputGrad, static_cast<uint32_t>(chunks), ws, 0, 0);

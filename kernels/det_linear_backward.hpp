@@ -1,5 +1,6 @@
 // exactjit op det_linear, backward (NUMERICS.md; docs/det_linear.md): d_input in fixed output
-// chunks (fp32 weights: 64 outputs, bf16: 256) folded in ascending order, d_weight and d_bias as ascending-row chains, fp32, no atomics.
+// chunks (fp32 weights: 64 outputs, bf16: 256) folded in ascending order, d_weight and d_bias as
+// ascending-row chains, fp32, no atomics.
 // fp32 weights: with SiLU the gradient passes through the saved pre-activation (the output's
 // SiLU). bf16 weights (the AdaLN projections, out = rT(x @ W^T + b), x = rT(silu(temb)) or
 // rT(temb)): grad bf16 or fp32, d_input is d_temb (fp32, through the cast as identity and SiLU's
@@ -41,12 +42,12 @@ inline constexpr int kDetLinearBf16Chunk = 256;
 inline constexpr int kDetLinearBf16Group = 8;
 inline constexpr int kDetLinearFoldColumns = 16;
 inline constexpr int kDetLinearWeightStage = 64;
-/// Threads per block: 128 for the partials and weight-grad kernels, 256 for the fold.
+/// Threads per block: 128 for the input pass and the weight grad, 256 for the fold.
 int det_linear_bf16_backward_threads(Op op);
-/// Consecutive inputs k a thread owns: 4 in the partials (an 8-byte vector of a weight row), 8 in
+/// Consecutive inputs k a thread owns: 4 in the input pass (an 8-byte vector of a weight row), 8 in
 /// the weight grad (a 16-byte vector of a d_weight row).
 int det_linear_bf16_backward_inputs_per_thread(Op op);
-/// Column blocks (grid x) of the bf16 partials and weight-grad kernels.
+/// Column blocks (grid x) of the bf16 input pass and weight grad.
 int64_t det_linear_bf16_backward_column_blocks(Op op, int64_t in_features);
 /// The most rows T one backward call takes.
 inline constexpr int kDetLinearBackwardMaxRows = 8;

@@ -278,7 +278,8 @@ __device__ __forceinline__ void weight_rows(const void* __restrict__ grad, const
       grad_row(g, d_v, r);
       xj::u32 words[4];
       weight_words(words, g, x, live_rows);
-      *reinterpret_cast<uint4*>(d_weight + (s0 + r) * kK + 8 * vec) = make_uint4(words[0], words[1], words[2], words[3]);
+      *reinterpret_cast<uint4*>(d_weight + (s0 + r) * kK + 8 * vec) =
+          make_uint4(words[0], words[1], words[2], words[3]);
     }
   }
 }

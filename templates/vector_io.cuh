@@ -53,7 +53,9 @@ XJ_DEVICE void async_copy_8(void* shared_dst, const void* src) {
 }
 XJ_DEVICE void async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // Waits until at most kPending of this thread's committed groups are still in flight.
-template <int kPending> XJ_DEVICE void async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory"); }
+template <int kPending> XJ_DEVICE void async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
 #endif
 
 template <typename T, int N> XJ_DEVICE void store_pack(T* dst, const Pack<T, N, true>& p) {

@@ -30,7 +30,8 @@ enum class Op : uint8_t {
   RmsNormTableGrad,          ///< dshift / dscale / modulated dweight tile partials (segment tiles)
   RmsNormWeightGrad,         ///< plain dweight tile partials (tiles of consecutive rows)
   TimestepSinusoidBackward,  ///< d_t
-  DetLinearInputGrad,        ///< d_input partials over 64-output chunks (folded by SegmentFold)
+  DetLinearInputGrad,        ///< d_input partials over output chunks (fp32: 64, folded by SegmentFold; bf16: 256,
+                             ///< the input pass that also writes d_weight and d_bias)
   DetLinearWeightGrad,       ///< d_weight and d_bias as ascending-row chains
   DetLinearInputFold,        ///< bf16 det_linear backward: folds the d_input partials, then SiLU's derivative
   GateResidualRmsNormBackward,  ///< rms_norm's dx plus the residual stream's gradient, row-local

@@ -66,7 +66,8 @@ int det_linear_backward_row_tile(DType weight_dtype, Op op, int64_t rows);
 KernelSpec det_linear_backward_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu, Op op,
                                     DType grad_dtype, int64_t rows);
 
-/// The rows of det_linear's backward kernels: the input partials, their fold (bf16), the weight.
+/// The rows of det_linear's backward kernels: the input partials (bf16: the input pass, with
+/// d_weight and d_bias), their fold (bf16), the weight grad alone.
 extern const OpRow kDetLinearInputGradRow;
 extern const OpRow kDetLinearInputFoldRow;
 extern const OpRow kDetLinearWeightGradRow;

@@ -49,7 +49,7 @@ CacheConfig cache_over(std::string dir, bool offline) {
 }
 
 KernelSpec h3_gate_spec() {
-  return spec_family(Op::GateResidual, DType::BF16, kDefaultHidden, 6 * kDefaultHidden, Target{90, false}).front();
+  return spec_family(Op::GateResidual, rows_sizes(DType::BF16, kDefaultHidden, 6 * kDefaultHidden), Target{90, false}).front();
 }
 
 void BM_Render(benchmark::State& state) {

@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   fmt::print("S={} H={} bf16: copy {:.3f} ms = {:.0f} GB/s; gate_residual bytes {:.3f} GB, floor at copy rate {:.3f} ms\n",
              seq, hidden, copy_ms, copy_gbs, bytes / 1e9, bytes / copy_gbs / 1e6);
 
-  const KernelSpec spec = spec_family(Op::GateResidual, DType::BF16, hidden, stride, Target{90, false}).front();
+  const KernelSpec spec = spec_family(Op::GateResidual, rows_sizes(DType::BF16, hidden, stride), Target{90, false}).front();
   const std::vector<Variant> variants = {
       {"generated (224x1, unroll 3)", 224, 1, 3},
       {"224 threads, unroll 1", 224, 1, 1},

@@ -18,6 +18,7 @@
 #include <llvm/ADT/STLExtras.h>
 #include <llvm/Support/JSON.h>
 
+#include <algorithm>
 #include <unordered_set>
 
 namespace exactjit::cli {
@@ -56,6 +57,39 @@ llvm::Expected<int64_t> size_or_default(const FamilyRequest& request, std::strin
   return usage(fmt::format("{} needs \"{}\" (a positive integer)", request.op, field));
 }
 
+// The dtypes asked for: one, or all three when none is named.
+llvm::Expected<std::vector<DType>> dtypes_asked(const std::string& asked) {
+  if (asked.empty()) return std::vector<DType>{DType::BF16, DType::F16, DType::F32};
+  const std::optional<DType> dtype = parse_dtype(asked);
+  if (!dtype) return usage(fmt::format("unknown dtype '{}' (bf16, fp16, fp32)", asked));
+  return std::vector<DType>{*dtype};
+}
+
+// A size the op's shape does not take is an error, not silently ignored.
+llvm::Error require_shape_sizes(const FamilyRequest& request, const OpRow& row) {
+  const struct {
+    std::string_view name;
+    int64_t value;
+    bool taken;
+  } sizes[] = {
+      {"hidden", request.hidden, row.shape == SpecShape::Rows},
+      {"table_stride", request.table_stride, row.shape == SpecShape::Rows},
+      {"channels", request.channels, row.shape == SpecShape::Channels},
+      {"in_features", request.in_features, row.shape == SpecShape::Linear},
+      {"out_features", request.out_features, row.shape == SpecShape::Linear},
+  };
+  for (const auto& size : sizes) {
+    if (size.value == 0 || size.taken) continue;
+    std::string flag = fmt::format("--{}", size.name);
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    // A manifest's element names the field (the caller prefixes where it is); flags name the flag.
+    return usage(fmt::format("{} does not size {} (its sizes: {})",
+                             request.where.empty() ? flag : fmt::format("\"{}\"", size.name), row.name,
+                             op_family(row.op).sizes));
+  }
+  return llvm::Error::success();
+}
+
 llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, const Target& fallback) {
   const std::optional<Op> op = parse_op(request.op);
   if (!op)
@@ -67,52 +101,51 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
     target = *parsed;
   }
   const OpRow& row = op_row(*op);
+  if (auto err = require_shape_sizes(request, row)) return std::move(err);
   if (row.shape == SpecShape::Channels) {  // fp32 only, sized by its channels
     if (!request.dtype.empty() && parse_dtype(request.dtype) != DType::F32)
       return usage(fmt::format("{} is fp32 only", row.name));
     auto channels = size_or_default(request, "channels", request.channels, kSinusoidChannels);
     if (!channels) return channels.takeError();
-    const std::vector<KernelSpec> specs = spec_family(*op, DType::F32, *channels, 0, target);
-    if (auto err = validate_spec(specs.front())) return err;
+    if (std::string rule = cap_rule(kChannelsCap, *channels); !rule.empty()) return usage(rule);
+    const std::vector<KernelSpec> specs = spec_family(*op, channels_sizes(*channels), target);
+    if (auto err = validate_spec(specs.front())) return std::move(err);
     return specs;
   }
-  // det_linear's --activation: the SiLU settings asked for (both when none is named).
-  std::vector<bool> activations = {false, true};
-  if (request.activation == "silu") activations = {true};
-  else if (request.activation == "none") activations = {false};
-  else if (!request.activation.empty()) return usage(fmt::format("unknown activation '{}' (none, silu)", request.activation));
-  if (row.shape == SpecShape::Linear && row.role == OpRole::Forward) {
-    // Defaults: the H3 AdaLN projection (bf16, 2688 -> 18 x 5376).
-    auto dtypes = det_linear_dtypes(request.dtype, {DType::BF16});
+  if (row.shape == SpecShape::Plan) {  // sized by the backward kernels: every key count and index type
+    auto dtypes = dtypes_asked(request.dtype);
+    if (!dtypes) return dtypes.takeError();
+    std::vector<KernelSpec> specs;
+    for (DType dtype : *dtypes) {
+      KernelSpec sizes;
+      sizes.dtype = dtype;
+      for (const KernelSpec& spec : spec_family(*op, sizes, target))
+        if (!llvm::is_contained(specs, spec)) specs.push_back(spec);  // the dtype-free kernels are fp32's
+    }
+    return specs;
+  }
+  if (row.shape == SpecShape::Linear) {
+    // det_linear's --activation: the SiLU settings asked for (both when none is named).
+    std::vector<bool> activations = {false, true};
+    if (request.activation == "silu") activations = {true};
+    else if (request.activation == "none") activations = {false};
+    else if (!request.activation.empty())
+      return usage(fmt::format("unknown activation '{}' (none, silu)", request.activation));
+    // Defaults: the H3 AdaLN projection (2688 -> 18 x 5376); the forward in bf16, the backward
+    // for bf16 and fp32 weights (the fold: bf16 only).
+    const bool forward = row.role == OpRole::Forward;
+    auto dtypes = det_linear_dtypes(request.dtype, forward ? std::vector<DType>{DType::BF16}
+                                                           : std::vector<DType>{DType::BF16, DType::F32});
     if (!dtypes) return dtypes.takeError();
     auto k = size_or_default(request, "in_features", request.in_features, kTimeEmbedDim);
     if (!k) return k.takeError();
     auto n = size_or_default(request, "out_features", request.out_features, 18 * kDefaultHidden);
     if (!n) return n.takeError();
     std::vector<KernelSpec> specs;
-    for (const KernelSpec& spec : spec_family(*op, dtypes->front(), *k, *n, target)) {
-      if (!llvm::is_contained(activations, spec.silu)) continue;
-      if (auto err = validate_spec(spec)) return err;
-      specs.push_back(spec);
-    }
-    return specs;
-  }
-  if (row.shape == SpecShape::Linear) {  // the backward kernels (the forward above)
-    // Sized like the forward (--in-features, --out-features; --hidden and --table-stride name the
-    // same K and N), defaults the H3 AdaLN projection; bf16 and fp32 weights (the fold: bf16 only).
-    auto k = size_or_default(request, "in_features", request.in_features ? request.in_features : request.hidden,
-                             kTimeEmbedDim);
-    if (!k) return k.takeError();
-    auto n = size_or_default(request, "out_features",
-                             request.out_features ? request.out_features : request.table_stride, 18 * kDefaultHidden);
-    if (!n) return n.takeError();
-    auto dtypes = det_linear_dtypes(request.dtype, {DType::BF16, DType::F32});
-    if (!dtypes) return dtypes.takeError();
-    std::vector<KernelSpec> specs;
     for (DType dtype : *dtypes)
-      for (const KernelSpec& spec : spec_family(*op, dtype, *k, *n, target)) {
+      for (const KernelSpec& spec : spec_family(*op, linear_sizes(dtype, *k, *n), target)) {
         if (!llvm::is_contained(activations, spec.silu)) continue;
-        if (auto err = validate_spec(spec)) return err;
+        if (auto err = validate_spec(spec)) return std::move(err);
         specs.push_back(spec);
       }
     if (specs.empty()) return usage(fmt::format("{} has no {} kernel", request.op, request.dtype));
@@ -125,17 +158,11 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
   // rms_norm without a table stride is the plain norm; the table ops default to the block's 6H.
   const int64_t stride =
       request.table_stride ? request.table_stride : op_family(*op).default_stride_in_h * *hidden;
-  std::vector<DType> dtypes;
-  if (request.dtype.empty()) {
-    dtypes = {DType::BF16, DType::F16, DType::F32};
-  } else {
-    const std::optional<DType> dtype = parse_dtype(request.dtype);
-    if (!dtype) return usage(fmt::format("unknown dtype '{}' (bf16, fp16, fp32)", request.dtype));
-    dtypes = {*dtype};
-  }
+  auto dtypes = dtypes_asked(request.dtype);
+  if (!dtypes) return dtypes.takeError();
   std::vector<KernelSpec> specs;
-  for (DType dtype : dtypes) {
-    for (const KernelSpec& spec : spec_family(*op, dtype, *hidden, stride, target)) {
+  for (DType dtype : *dtypes) {
+    for (const KernelSpec& spec : spec_family(*op, rows_sizes(dtype, *hidden, stride), target)) {
       if (auto err = validate_spec(spec)) return err;
       specs.push_back(spec);
     }

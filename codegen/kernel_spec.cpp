@@ -80,12 +80,46 @@ KernelSpec make_spec(Op op, DType dtype, IndexType index, int64_t hidden, int64_
   return spec;
 }
 
+KernelSpec make_plan_spec(Op op, DType dtype, IndexType index, int key_tensors) {
+  KernelSpec spec = make_spec(op, dtype, index, 0, 0, 1);
+  spec.key_tensors = key_tensors;
+  return spec;
+}
+
+// Sizes leave the op (spec_family names it) and the per-call choices at their defaults.
+KernelSpec rows_sizes(DType dtype, int64_t hidden, int64_t table_stride) {
+  return make_spec(KernelSpec{}.op, dtype, IndexType::I64, hidden, table_stride, 1);
+}
+
+KernelSpec channels_sizes(int64_t channels) {
+  KernelSpec sizes = rows_sizes(DType::F32, 0, 0);
+  sizes.channels = channels;
+  return sizes;
+}
+
+KernelSpec linear_sizes(DType dtype, int64_t in_features, int64_t out_features) {
+  KernelSpec sizes = rows_sizes(dtype, 0, 0);
+  sizes.in_features = in_features;
+  sizes.out_features = out_features;
+  return sizes;
+}
+
 std::string KernelSpec::describe() const {
   const OpRow& row = op_row(op);
-  if (row.shape == SpecShape::Linear)
-    return fmt::format("{} dtype={} in_features={} out_features={} activation={} rows={}{} target={}", op_name(op),
-                       dtype_name(dtype), hidden, out_features, silu ? "silu" : "none", row_tile,
-                       grad_dtype == DType::F32 ? "" : fmt::format(" grad={}", dtype_name(grad_dtype)), target.name());
+  switch (row.shape) {
+    case SpecShape::Linear:
+      return fmt::format("{} dtype={} in_features={} out_features={} activation={} rows={}{} target={}", op_name(op),
+                         dtype_name(dtype), in_features, out_features, silu ? "silu" : "none", row_tile,
+                         grad_dtype == DType::F32 ? "" : fmt::format(" grad={}", dtype_name(grad_dtype)),
+                         target.name());
+    case SpecShape::Channels:
+      return fmt::format("{} dtype={} channels={} target={}", op_name(op), dtype_name(dtype), channels, target.name());
+    case SpecShape::Plan:
+      return fmt::format("{} dtype={}{} index={} target={}", op_name(op), dtype_name(dtype),
+                         key_tensors ? fmt::format(" keys={}", key_tensors) : "", index_type_name(index),
+                         target.name());
+    case SpecShape::Rows: break;
+  }
   return fmt::format("{} dtype={} hidden={} table_stride={} vec={} index={} target={}{}{}", op_name(op),
                      dtype_name(dtype), hidden, table_stride, vec, index_type_name(index), target.name(),
                      weighted ? " weight=yes" : (row.describes_weight ? " weight=no" : ""),
@@ -128,8 +162,14 @@ std::optional<KernelSpec> parse_spec(std::string_view text) {
       const std::optional<Target> target = parse_target(value);
       ok = have_target = target.has_value();
       if (ok) spec.target = *target;
-    } else if (key == "hidden" || key == "in_features") {
+    } else if (key == "hidden") {
       ok = number(value, spec.hidden);
+    } else if (key == "channels") {
+      ok = number(value, spec.channels);
+    } else if (key == "in_features") {
+      ok = number(value, spec.in_features);
+    } else if (key == "keys") {
+      ok = number(value, spec.key_tensors);
     } else if (key == "table_stride") {
       ok = number(value, spec.table_stride);
     } else if (key == "out_features") {
@@ -158,13 +198,22 @@ std::optional<KernelSpec> parse_spec(std::string_view text) {
 }
 
 std::string KernelSpec::stem() const {
-  if (op_row(op).shape == SpecShape::Linear)
-    return fmt::format("{}_{}_k{}_n{}_{}_r{}{}_{}{}", op_name(op), dtype_name(dtype), hidden, out_features,
-                       silu ? "silu" : "none", row_tile, grad_dtype == DType::F32 ? "" : "_gbf16",
-                       target.ptx ? "compute" : "sm", target.sm);
+  const std::string_view arch = target.ptx ? "compute" : "sm";
+  switch (op_row(op).shape) {
+    case SpecShape::Linear:
+      return fmt::format("{}_{}_k{}_n{}_{}_r{}{}_{}{}", op_name(op), dtype_name(dtype), in_features, out_features,
+                         silu ? "silu" : "none", row_tile, grad_dtype == DType::F32 ? "" : "_gbf16", arch, target.sm);
+    case SpecShape::Channels:
+      return fmt::format("{}_{}_c{}_{}{}", op_name(op), dtype_name(dtype), channels, arch, target.sm);
+    case SpecShape::Plan:
+      return fmt::format("{}_{}{}_{}_{}{}", op_name(op), dtype_name(dtype),
+                         key_tensors ? fmt::format("_k{}", key_tensors) : "",
+                         index == IndexType::I32 ? "i32" : "i64", arch, target.sm);
+    case SpecShape::Rows: break;
+  }
   return fmt::format("{}_{}_h{}_ts{}_v{}_{}_{}{}{}{}", op_name(op), dtype_name(dtype), hidden,
                      table_stride, vec, index == IndexType::I32 ? "i32" : "i64",
-                     target.ptx ? "compute" : "sm", target.sm, weighted ? "_w" : "", modulated ? "_m" : "");
+                     arch, target.sm, weighted ? "_w" : "", modulated ? "_m" : "");
 }
 
 size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
@@ -175,10 +224,11 @@ size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
   mix(static_cast<uint64_t>(s.op) | static_cast<uint64_t>(s.dtype) << 8 |
       static_cast<uint64_t>(s.index) << 16 | static_cast<uint64_t>(s.target.ptx) << 24 |
       static_cast<uint64_t>(s.weighted) << 32 | static_cast<uint64_t>(s.modulated) << 40);
-  mix(static_cast<uint64_t>(s.hidden));
+  mix(static_cast<uint64_t>(s.hidden) ^ static_cast<uint64_t>(s.channels) << 32 ^
+      static_cast<uint64_t>(s.key_tensors) << 60);
   mix(static_cast<uint64_t>(s.table_stride));
   mix(static_cast<uint64_t>(s.vec) << 32 | static_cast<uint32_t>(s.target.sm));
-  mix(static_cast<uint64_t>(s.out_features) ^ static_cast<uint64_t>(s.silu) << 62 ^ static_cast<uint64_t>(s.row_tile) << 48 ^
+  mix(static_cast<uint64_t>(s.in_features) << 24 ^ static_cast<uint64_t>(s.out_features) ^ static_cast<uint64_t>(s.silu) << 62 ^ static_cast<uint64_t>(s.row_tile) << 48 ^
       static_cast<uint64_t>(s.grad_dtype) << 56);
   h ^= h >> 33;
   h *= 0xFF51AFD7ED558CCDull;

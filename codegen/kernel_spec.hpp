@@ -1,7 +1,8 @@
 // exactjit kernel specification: the plain value that names one specialised kernel.
 //
-// A KernelSpec holds every compile-time constant of a kernel (op, dtype, hidden size, table row
-// stride, vector width, index type, target). Two calls with equal specs run the same cubin; run-time
+// A KernelSpec holds every compile-time constant of a kernel (op, dtype, its sizes, vector width,
+// index type, target). Each size has its own field; an op sets those its shape names
+// (OpRow::shape) and leaves the others 0. Two calls with equal specs run the same cubin; run-time
 // values (row counts, pointers) never appear here. Specs are cheap to copy, hash and compare,
 // because the launch hot path looks them up on every call.
 #pragma once
@@ -21,7 +22,7 @@ enum class Op : uint8_t {
   AdalnRowGather,
   RmsNorm,
   TimestepSinusoid,
-  DetLinear,  ///< hidden = in_features K; out_features, silu and row_tile below
+  DetLinear,
   GateResidualRmsNorm,  ///< gate_residual into h, then rms_norm of h, one kernel
   // Backward passes (docs/backward.md).
   GateResidualBackward,      ///< d_y and the d_gate tile partials, one segment tile per block
@@ -36,7 +37,7 @@ enum class Op : uint8_t {
   DetLinearInputFold,        ///< bf16 det_linear backward: folds the d_input partials, then SiLU's derivative
   GateResidualRmsNormBackward,  ///< rms_norm's dx plus the residual stream's gradient, row-local
   // The segment plan (kernels/segment_plan.hpp) and the fold of tile partials.
-  SegmentCount,    ///< hidden = number of index tensors combined into the key (1 or 2)
+  SegmentCount,    ///< key_tensors: the index tensors combined into the key (1 or 2)
   SegmentScan,
   SegmentScatter,
   SegmentFold,     ///< dtype = the output's
@@ -57,22 +58,30 @@ struct KernelSpec {
   Op op = Op::GateResidual;
   DType dtype = DType::BF16;
   IndexType index = IndexType::I64;
-  int64_t hidden = 0;        ///< H
+  // SpecShape::Rows: the row ops and their backward.
+  int64_t hidden = 0;        ///< H, the row length
   int64_t table_stride = 0;  ///< row stride of the table view, in elements (rms_norm: 0 = plain)
   int vec = 1;               ///< elements per memory access (16 bytes / element size, or 1)
   bool weighted = false;     ///< rms_norm: multiplies by a weight vector
   bool modulated = false;    ///< gate_residual_rms_norm: the norm is AdaLN-modulated (rms_norm: table_stride > 0)
-  int64_t out_features = 0;  ///< det_linear (and its backward): N
-  bool silu = false;         ///< det_linear: SiLU (fp32: on the output; bf16: on the input)
-  int row_tile = 0;          ///< det_linear: rows per launch tile
-  DType grad_dtype = DType::F32;  ///< det_linear backward, bf16 weights: the incoming gradient's dtype (bf16 or fp32)
+  // SpecShape::Channels: timestep_sinusoid and its backward.
+  int64_t channels = 0;      ///< C
+  // SpecShape::Linear: det_linear and its backward.
+  int64_t in_features = 0;   ///< K
+  int64_t out_features = 0;  ///< N
+  bool silu = false;         ///< SiLU (fp32: on the output; bf16: on the input)
+  int row_tile = 0;          ///< rows per launch tile
+  DType grad_dtype = DType::F32;  ///< backward, bf16 weights: the incoming gradient's dtype (bf16 or fp32)
+  // SpecShape::Plan: the segment plan kernels.
+  int key_tensors = 0;       ///< segment_count: index tensors combined into one key (1 or 2)
   Target target;
 
   bool operator==(const KernelSpec& o) const {
     return op == o.op && dtype == o.dtype && index == o.index && hidden == o.hidden &&
            table_stride == o.table_stride && vec == o.vec && weighted == o.weighted && modulated == o.modulated &&
-           out_features == o.out_features &&
-           silu == o.silu && row_tile == o.row_tile && grad_dtype == o.grad_dtype && target == o.target;
+           channels == o.channels && in_features == o.in_features && out_features == o.out_features &&
+           silu == o.silu && row_tile == o.row_tile && grad_dtype == o.grad_dtype && key_tensors == o.key_tensors &&
+           target == o.target;
   }
   /// Canonical, human-readable description, e.g.
   /// "gate_residual dtype=bf16 hidden=5376 table_stride=32256 vec=8 index=int64 target=sm_90".
@@ -82,9 +91,16 @@ struct KernelSpec {
   std::string stem() const;
 };
 
-/// A spec with the fields every op sets; the runtime fills in the target per device.
+/// A spec of a row op (SpecShape::Rows); the runtime fills in the target per device.
 KernelSpec make_spec(Op op, DType dtype, IndexType index, int64_t hidden, int64_t table_stride, int vec,
                      bool weighted = false);
+/// A call's sizes: the dtype and the size fields of one SpecShape, which spec_family (and an op
+/// row's family_specs) expand into the kernels the call can select.
+KernelSpec rows_sizes(DType dtype, int64_t hidden, int64_t table_stride);
+KernelSpec channels_sizes(int64_t channels);
+KernelSpec linear_sizes(DType dtype, int64_t in_features, int64_t out_features);
+/// A spec of a segment plan kernel (SpecShape::Plan): `key_tensors` is 0 for all but segment_count.
+KernelSpec make_plan_spec(Op op, DType dtype, IndexType index, int key_tensors = 0);
 
 struct KernelSpecHash {
   size_t operator()(const KernelSpec& s) const noexcept;

@@ -21,11 +21,13 @@ namespace exactjit {
 /// What a kernel is for: an op's forward, one of its backward kernels, or the shared segment plan.
 enum class OpRole : uint8_t { Forward, Backward, Plan };
 
-/// How a spec of the op is sized: which size field `hidden` is and which flags name it.
+/// Which of KernelSpec's size fields an op's specs set, and so how describe() writes them and which
+/// flags name them.
 enum class SpecShape : uint8_t {
-  Rows,      ///< hidden size H (or a plan kernel's count), table stride, vector width, index type
+  Rows,      ///< hidden size H, table stride, vector width, index type (weight, modulation)
   Channels,  ///< timestep_sinusoid: channels C
   Linear,    ///< det_linear and its backward: in_features K, out_features N, activation, row tile
+  Plan,      ///< the segment plan kernels: index type (segment_count: its key tensors)
 };
 
 /// What a device error record's value is: a bad index, or the bits of a float outside its range.
@@ -60,9 +62,11 @@ struct OpRow {
   /// The first of the op's own rules the spec breaks, "" if none (validate_spec checks the size
   /// caps and the arch floor first).
   std::string (*rule)(const KernelSpec&);
-  /// The kernels a call of this shape can select (target unset): the catalog, the CLI and prewarm
-  /// build these. `hidden` and `table_stride` are the shape's size fields (Linear: K and N).
-  std::vector<KernelSpec> (*family_specs)(DType dtype, int64_t hidden, int64_t table_stride);
+  /// The kernels a call of one shape can select (target unset): the catalog, the CLI and prewarm
+  /// build these. `sizes` carries the dtype and the size fields of the row's SpecShape (Rows:
+  /// hidden, table_stride; Channels: channels; Linear: in_features, out_features); the per-call
+  /// choices (index type, vector width, row tile, activation) are the family's to enumerate.
+  std::vector<KernelSpec> (*family_specs)(const KernelSpec& sizes);
   /// This row's kernels in exactjit's default catalog (MiniMax-H3's shapes, H = 5376) for one dtype
   /// (targets unset); empty where the model runs none in that dtype.
   std::vector<KernelSpec> (*catalog)(DType dtype);

@@ -19,7 +19,8 @@ KernelSource render(const KernelSpec& spec);
 /// The readable, unique entry-point name: <stem>_<8 hex of SHA-256(generator, spec)>.
 std::string entry_name(const KernelSpec& spec);
 
-/// The constants every spec has (op code, dtype, index width, H, table stride, vector width).
+/// The constants every spec has (op code, dtype, index width), then its shape's sizes: H, table
+/// stride and vector width (SpecShape::Rows) or the key tensors (SpecShape::Plan).
 std::string render_spec_constants(const KernelSpec& spec);
 
 /// The constant block of the row-wise ops (gate_residual, adaln_row_gather).
@@ -33,7 +34,7 @@ std::string render_rms_norm_constants(const KernelSpec& spec);
 /// whose modulation is spec.modulated and whose table stride is the gate's.
 std::string render_row_norm_constants(const KernelSpec& spec);
 
-/// timestep_sinusoid: the channel count is its only specialisation.
+/// timestep_sinusoid and its backward: the channel count is their only specialisation.
 std::string render_sinusoid_constants(const KernelSpec& spec);
 
 }  // namespace exactjit::codegen

@@ -9,17 +9,21 @@
 namespace exactjit::codegen {
 
 std::string render_spec_constants(const KernelSpec& spec) {
-  return fmt::format(
+  std::string text = fmt::format(
       "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
       "constexpr int kDType = {dtype};  // {dtype_name}\n"
-      "constexpr int kIndexBytes = {index_bytes};  // {index_name}\n"
-      "constexpr int kHidden = {hidden};\n"
-      "constexpr long long kTableStride = {table_stride};\n"
-      "constexpr int kVec = {vec};\n",
+      "constexpr int kIndexBytes = {index_bytes};  // {index_name}\n",
       fmt::arg("op_code", op_row(spec.op).code), fmt::arg("dtype", static_cast<int>(spec.dtype)),
       fmt::arg("dtype_name", dtype_name(spec.dtype)), fmt::arg("index_bytes", spec.index == IndexType::I32 ? 4 : 8),
-      fmt::arg("index_name", index_type_name(spec.index)), fmt::arg("hidden", spec.hidden),
-      fmt::arg("table_stride", spec.table_stride), fmt::arg("vec", spec.vec));
+      fmt::arg("index_name", index_type_name(spec.index)));
+  if (op_row(spec.op).shape == SpecShape::Plan)
+    return text + fmt::format("constexpr int kKeyTensors = {};\n", spec.key_tensors);
+  return text + fmt::format(
+                    "constexpr int kHidden = {hidden};\n"
+                    "constexpr long long kTableStride = {table_stride};\n"
+                    "constexpr int kVec = {vec};\n",
+                    fmt::arg("hidden", spec.hidden), fmt::arg("table_stride", spec.table_stride),
+                    fmt::arg("vec", spec.vec));
 }
 
 std::string render_row_constants(const KernelSpec& spec) {

@@ -10,9 +10,9 @@ namespace exactjit::codegen {
 std::string render_sinusoid_constants(const KernelSpec& spec) {
   return fmt::format(
       "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
-      "constexpr int kHidden = {channels};  // channels C\n"
+      "constexpr int kChannels = {channels};\n"
       "constexpr int kTargetArch = {arch};\n",
-      fmt::arg("op_code", op_row(spec.op).code), fmt::arg("channels", spec.hidden),
+      fmt::arg("op_code", op_row(spec.op).code), fmt::arg("channels", spec.channels),
       fmt::arg("arch", spec.target.sm));
 }
 

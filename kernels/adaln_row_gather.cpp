@@ -86,8 +86,8 @@ llvm::Expected<LaunchPlan> plan_adaln_row_gather(const AdalnRowGatherArgs& a) {
 namespace {
 std::vector<std::string_view> adaln_row_gather_templates(const KernelSpec&) { return {"adaln_row_gather.cuh"}; }
 std::string adaln_row_gather_rule(const KernelSpec& spec) { return row_op_rule(spec, 6); }
-std::vector<KernelSpec> adaln_row_gather_family(DType dtype, int64_t hidden, int64_t table_stride) {
-  return row_op_family(Op::AdalnRowGather, dtype, hidden, table_stride);
+std::vector<KernelSpec> adaln_row_gather_family(const KernelSpec& sizes) {
+  return row_op_family(Op::AdalnRowGather, sizes.dtype, sizes.hidden, sizes.table_stride);
 }
 }  // namespace
 

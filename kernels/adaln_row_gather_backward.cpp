@@ -84,8 +84,8 @@ std::vector<std::string_view> adaln_row_gather_backward_templates(const KernelSp
   return {"fixed_order_sum.cuh", "segment_tiles.cuh", "adaln_row_gather_backward.cuh"};
 }
 // d_rows is a dense (3T, 6H) gradient: no table stride.
-std::vector<KernelSpec> adaln_row_gather_backward_family(DType dtype, int64_t hidden, int64_t) {
-  return backward_vec_family(Op::AdalnRowGatherBackward, dtype, hidden, 0);
+std::vector<KernelSpec> adaln_row_gather_backward_family(const KernelSpec& sizes) {
+  return backward_vec_family(Op::AdalnRowGatherBackward, sizes.dtype, sizes.hidden, 0);
 }
 }  // namespace
 

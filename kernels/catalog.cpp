@@ -10,8 +10,8 @@
 
 namespace exactjit {
 
-std::vector<KernelSpec> spec_family(Op op, DType dtype, int64_t hidden, int64_t table_stride, Target target) {
-  std::vector<KernelSpec> specs = op_row(op).family_specs(dtype, hidden, table_stride);
+std::vector<KernelSpec> spec_family(Op op, const KernelSpec& sizes, Target target) {
+  std::vector<KernelSpec> specs = op_row(op).family_specs(sizes);
   for (KernelSpec& spec : specs) spec.target = target;
   return specs;
 }
@@ -33,12 +33,7 @@ llvm::Error validate_spec(const KernelSpec& spec) {
   };
   const OpRow& row = op_row(spec.op);
   // The caps first: the op's rules (and the templates) compute with these sizes.
-  if (std::string rule = cap_rule(hidden_cap(spec.op), spec.hidden); !rule.empty()) return bad(rule);
-  if (std::string rule = cap_rule(kTableStrideCap, spec.table_stride); spec.table_stride != 0 && !rule.empty())
-    return bad(rule);
-  if (std::string rule = cap_rule(kOutFeaturesCap, spec.out_features);
-      row.shape == SpecShape::Linear && !rule.empty())
-    return bad(rule);
+  if (std::string rule = size_caps_rule(spec); !rule.empty()) return bad(rule);
   if (spec.target.sm < kMinTargetSm) return bad(fmt::format("targets older than sm_{} are not supported", kMinTargetSm));
   if (std::string rule = row.rule(spec); !rule.empty()) return bad(rule);
   return llvm::Error::success();

@@ -73,8 +73,8 @@ DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, i
 }
 
 KernelSpec det_linear_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu, Op op) {
-  KernelSpec spec = make_spec(op, weight_dtype, IndexType::I64, in_features, 0, 1);
-  spec.out_features = out_features;
+  KernelSpec spec = linear_sizes(weight_dtype, in_features, out_features);
+  spec.op = op;
   spec.silu = silu;
   spec.row_tile = kRowTile;
   return spec;
@@ -154,7 +154,7 @@ llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& a, const DeviceT
 std::string render_det_linear_constants(const KernelSpec& spec) {
   std::string geometry;
   if (spec.op == Op::DetLinear) {
-    const DetLinearGeometry g = det_linear_geometry(spec.dtype, spec.hidden, spec.out_features, spec.target.sm);
+    const DetLinearGeometry g = det_linear_geometry(spec.dtype, spec.in_features, spec.out_features, spec.target.sm);
     geometry = fmt::format(
         "constexpr int kWarps = {warps};  // per block\n"
         "constexpr int kColumnsPerWarp = {columns};\n"
@@ -185,7 +185,7 @@ std::string render_det_linear_constants(const KernelSpec& spec) {
              "constexpr bool kSilu = {silu};  // fp32: SiLU on the output; bf16: on the input before the cast\n"
              "constexpr int kMode = {mode};  // backward: 0 input partials, 1 weight and bias, 2 input fold (bf16)\n"
              "constexpr int kTargetArch = {arch};\n",
-             fmt::arg("op_code", op_row(spec.op).code), fmt::arg("k", spec.hidden), fmt::arg("n", spec.out_features),
+             fmt::arg("op_code", op_row(spec.op).code), fmt::arg("k", spec.in_features), fmt::arg("n", spec.out_features),
              fmt::arg("rows", spec.row_tile), fmt::arg("silu", spec.silu ? "true" : "false"),
              fmt::arg("mode", spec.op == Op::DetLinearWeightGrad ? 1 : spec.op == Op::DetLinearInputFold ? 2 : 0),
              fmt::arg("arch", spec.target.sm)) +
@@ -196,7 +196,7 @@ namespace {
 std::vector<std::string_view> det_linear_templates(const KernelSpec& spec) {
   if (spec.dtype == DType::F32) return {"fixed_order_sum.cuh", "det_linear_fp32.cuh"};
   return {"det_linear_bf16_chunk.cuh",
-          det_linear_geometry(spec.dtype, spec.hidden, spec.out_features, spec.target.sm).bulk
+          det_linear_geometry(spec.dtype, spec.in_features, spec.out_features, spec.target.sm).bulk
               ? "det_linear_bf16_bulk.cuh"
               : "det_linear_bf16.cuh"};
 }
@@ -204,15 +204,15 @@ std::string det_linear_rule(const KernelSpec& spec) {
   if (spec.dtype == DType::F16) return "det_linear weights are bf16 or fp32";
   if (spec.dtype == DType::BF16 && spec.target.sm < 80)
     return "det_linear with bf16 weights needs sm_80 or newer (bf16 tensor-core mma)";
-  if (spec.hidden % (spec.dtype == DType::BF16 ? 16 : 4) != 0)
+  if (spec.in_features % (spec.dtype == DType::BF16 ? 16 : 4) != 0)
     return "in_features must be a multiple of 16 (bf16) or 4 (fp32)";
   if (spec.row_tile != kRowTile) return "the row tile is 8";
   return {};
 }
-// Both activations; `hidden` is in_features K and `table_stride` out_features N.
-std::vector<KernelSpec> det_linear_family(DType dtype, int64_t in_features, int64_t out_features) {
-  return {det_linear_spec(dtype, in_features, out_features, false),
-          det_linear_spec(dtype, in_features, out_features, true)};
+// Both activations.
+std::vector<KernelSpec> det_linear_family(const KernelSpec& sizes) {
+  return {det_linear_spec(sizes.dtype, sizes.in_features, sizes.out_features, false),
+          det_linear_spec(sizes.dtype, sizes.in_features, sizes.out_features, true)};
 }
 // The timestep MLP (fp32: 256 -> 5376 + SiLU, 5376 -> 2688) and the AdaLN projections (bf16:
 // SiLU(temb) -> 18H for the blocks, -> 2H for the final norm).

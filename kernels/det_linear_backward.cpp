@@ -196,7 +196,7 @@ std::string backward_rule(const KernelSpec& spec) {
   if (spec.dtype == DType::F16) return "det_linear weights are bf16 or fp32";
   if (spec.dtype == DType::F32 && (spec.op == Op::DetLinearInputFold || spec.grad_dtype != DType::F32))
     return "the fp32 det_linear backward takes an fp32 gradient and folds with segment_fold";
-  if (spec.dtype == DType::BF16 && (spec.grad_dtype == DType::F16 || spec.hidden % 16 != 0))
+  if (spec.dtype == DType::BF16 && (spec.grad_dtype == DType::F16 || spec.in_features % 16 != 0))
     return "the bf16 det_linear backward takes a bf16 or fp32 gradient and in_features % 16 == 0";
   if (const llvm::ArrayRef<int> tiles = det_linear_backward_row_tiles(spec.dtype, spec.op);
       !llvm::is_contained(tiles, spec.row_tile))
@@ -205,7 +205,9 @@ std::string backward_rule(const KernelSpec& spec) {
 }
 // Both activations; fp32 weights: one kernel each (no fold); bf16 weights: both gradient dtypes
 // at every row tile, so a cache shipped read-only serves every T.
-std::vector<KernelSpec> backward_family(Op op, DType dtype, int64_t in_features, int64_t out_features) {
+std::vector<KernelSpec> backward_family(Op op, const KernelSpec& sizes) {
+  const DType dtype = sizes.dtype;
+  const int64_t in_features = sizes.in_features, out_features = sizes.out_features;
   std::vector<KernelSpec> specs;
   for (bool silu : {false, true}) {
     if (dtype != DType::BF16) {
@@ -228,22 +230,16 @@ std::vector<KernelSpec> backward_catalog(Op op, DType dtype) {
   }
   if (dtype == DType::BF16)
     for (int64_t n : {18 * kDefaultHidden, 2 * kDefaultHidden})
-      for (const KernelSpec& spec : backward_family(op, dtype, kTimeEmbedDim, n))
+      for (const KernelSpec& spec : backward_family(op, linear_sizes(dtype, kTimeEmbedDim, n)))
         if (spec.silu) specs.push_back(spec);
   return specs;
 }
 std::vector<KernelSpec> input_grad_catalog(DType dtype) { return backward_catalog(Op::DetLinearInputGrad, dtype); }
 std::vector<KernelSpec> input_fold_catalog(DType dtype) { return backward_catalog(Op::DetLinearInputFold, dtype); }
 std::vector<KernelSpec> weight_grad_catalog(DType dtype) { return backward_catalog(Op::DetLinearWeightGrad, dtype); }
-std::vector<KernelSpec> input_grad_family(DType dtype, int64_t k, int64_t n) {
-  return backward_family(Op::DetLinearInputGrad, dtype, k, n);
-}
-std::vector<KernelSpec> input_fold_family(DType dtype, int64_t k, int64_t n) {
-  return backward_family(Op::DetLinearInputFold, dtype, k, n);
-}
-std::vector<KernelSpec> weight_grad_family(DType dtype, int64_t k, int64_t n) {
-  return backward_family(Op::DetLinearWeightGrad, dtype, k, n);
-}
+std::vector<KernelSpec> input_grad_family(const KernelSpec& sizes) { return backward_family(Op::DetLinearInputGrad, sizes); }
+std::vector<KernelSpec> input_fold_family(const KernelSpec& sizes) { return backward_family(Op::DetLinearInputFold, sizes); }
+std::vector<KernelSpec> weight_grad_family(const KernelSpec& sizes) { return backward_family(Op::DetLinearWeightGrad, sizes); }
 }  // namespace
 
 const OpRow kDetLinearInputGradRow = {

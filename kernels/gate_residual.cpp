@@ -108,8 +108,8 @@ std::vector<std::string_view> gate_residual_templates(const KernelSpec&) {
   return {"gate_residual_math.cuh", "gate_residual.cuh"};
 }
 std::string gate_residual_rule(const KernelSpec& spec) { return row_op_rule(spec, 1); }
-std::vector<KernelSpec> gate_residual_family(DType dtype, int64_t hidden, int64_t table_stride) {
-  return row_op_family(Op::GateResidual, dtype, hidden, table_stride);
+std::vector<KernelSpec> gate_residual_family(const KernelSpec& sizes) {
+  return row_op_family(Op::GateResidual, sizes.dtype, sizes.hidden, sizes.table_stride);
 }
 }  // namespace
 

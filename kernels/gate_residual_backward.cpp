@@ -97,8 +97,8 @@ std::string gate_residual_backward_rule(const KernelSpec& spec) {
   if (spec.table_stride < spec.hidden) return "table stride must be >= hidden";
   return backward_vec_rule(spec);
 }
-std::vector<KernelSpec> gate_residual_backward_family(DType dtype, int64_t hidden, int64_t table_stride) {
-  return backward_vec_family(Op::GateResidualBackward, dtype, hidden, table_stride);
+std::vector<KernelSpec> gate_residual_backward_family(const KernelSpec& sizes) {
+  return backward_vec_family(Op::GateResidualBackward, sizes.dtype, sizes.hidden, sizes.table_stride);
 }
 }  // namespace
 

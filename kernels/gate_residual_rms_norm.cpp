@@ -203,23 +203,23 @@ std::string forward_rule(const KernelSpec& spec) {
   if (spec.table_stride < spec.hidden) return "the gate's table stride must be >= H";
   return rms_norm_rule(spec);
 }
-std::vector<KernelSpec> forward_family(DType dtype, int64_t hidden, int64_t table_stride) {
+std::vector<KernelSpec> forward_family(const KernelSpec& sizes) {
   std::vector<KernelSpec> specs;
-  for (IndexType index : index_types_for(table_stride))
+  for (IndexType index : index_types_for(sizes.table_stride))
     for (bool modulated : {true, false})
       for (bool weighted : {true, false})
-        specs.push_back(forward_spec(dtype, index, hidden, table_stride, weighted, modulated));
+        specs.push_back(forward_spec(sizes.dtype, index, sizes.hidden, sizes.table_stride, weighted, modulated));
   return specs;
 }
 
 std::string dx_constants(const KernelSpec& spec) { return rms_norm_dx_constants(spec, true); }
 // As rms_norm's dx: the plain and the modulated norm, weighted or not.
-std::vector<KernelSpec> dx_family(DType dtype, int64_t hidden, int64_t table_stride) {
+std::vector<KernelSpec> dx_family(const KernelSpec& sizes) {
   std::vector<KernelSpec> specs;
-  for (int64_t stride : {table_stride, int64_t{0}})
+  for (int64_t stride : {sizes.table_stride, int64_t{0}})
     for (IndexType index : index_types_for(stride))
       for (bool weighted : {true, false})
-        specs.push_back(make_spec(Op::GateResidualRmsNormBackward, dtype, index, hidden, stride, 4, weighted));
+        specs.push_back(make_spec(Op::GateResidualRmsNormBackward, sizes.dtype, index, sizes.hidden, stride, 4, weighted));
   return specs;
 }
 }  // namespace

@@ -60,7 +60,7 @@ std::vector<KernelSpec> row_op_family(Op op, DType dtype, int64_t hidden, int64_
 std::vector<KernelSpec> h3_strides(Op op, DType dtype, std::initializer_list<int> strides_in_h) {
   std::vector<KernelSpec> specs;
   for (int stride : strides_in_h)
-    for (const KernelSpec& spec : op_row(op).family_specs(dtype, kDefaultHidden, stride * kDefaultHidden))
+    for (const KernelSpec& spec : op_row(op).family_specs(rows_sizes(dtype, kDefaultHidden, stride * kDefaultHidden)))
       specs.push_back(spec);
   return specs;
 }

@@ -136,10 +136,11 @@ std::vector<std::string_view> rms_norm_templates(const KernelSpec&) {
   return {"quad_io.cuh", "row_sum.cuh", "rms_norm_output.cuh", "rms_norm.cuh"};
 }
 // Fixed 4-element vectors; weighted and unweighted; both index types where modulated.
-std::vector<KernelSpec> rms_norm_family(DType dtype, int64_t hidden, int64_t table_stride) {
+std::vector<KernelSpec> rms_norm_family(const KernelSpec& sizes) {
   std::vector<KernelSpec> specs;
-  for (IndexType index : index_types_for(table_stride))
-    for (bool weighted : {true, false}) specs.push_back(rms_norm_spec(dtype, index, hidden, table_stride, weighted));
+  for (IndexType index : index_types_for(sizes.table_stride))
+    for (bool weighted : {true, false})
+      specs.push_back(rms_norm_spec(sizes.dtype, index, sizes.hidden, sizes.table_stride, weighted));
   return specs;
 }
 }  // namespace

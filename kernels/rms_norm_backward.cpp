@@ -217,21 +217,21 @@ std::vector<std::string_view> param_grad_templates(const KernelSpec&) {
 // dx, of the norm alone (gate_residual_rms_norm's backward adds the residual gradient).
 std::string dx_constants(const KernelSpec& spec) { return rms_norm_dx_constants(spec, false); }
 // dx: both index types where modulated, weighted and unweighted.
-std::vector<KernelSpec> dx_family(DType dtype, int64_t hidden, int64_t table_stride) {
+std::vector<KernelSpec> dx_family(const KernelSpec& sizes) {
   std::vector<KernelSpec> specs;
-  for (IndexType index : index_types_for(table_stride))
+  for (IndexType index : index_types_for(sizes.table_stride))
     for (bool weighted : {true, false})
-      specs.push_back(make_spec(Op::RmsNormBackward, dtype, index, hidden, table_stride, 4, weighted));
+      specs.push_back(make_spec(Op::RmsNormBackward, sizes.dtype, index, sizes.hidden, sizes.table_stride, 4, weighted));
   return specs;
 }
 // dshift/dscale/dweight over segment tiles of table rows: the table stride is not the kernel's.
-std::vector<KernelSpec> table_grad_family(DType dtype, int64_t hidden, int64_t) {
-  return {make_spec(Op::RmsNormTableGrad, dtype, IndexType::I64, hidden, 0, 4, true),
-          make_spec(Op::RmsNormTableGrad, dtype, IndexType::I64, hidden, 0, 4, false)};
+std::vector<KernelSpec> table_grad_family(const KernelSpec& sizes) {
+  return {make_spec(Op::RmsNormTableGrad, sizes.dtype, IndexType::I64, sizes.hidden, 0, 4, true),
+          make_spec(Op::RmsNormTableGrad, sizes.dtype, IndexType::I64, sizes.hidden, 0, 4, false)};
 }
 // dweight of the plain form (modulated, the table-grad tiles add it).
-std::vector<KernelSpec> weight_grad_family(DType dtype, int64_t hidden, int64_t) {
-  return {make_spec(Op::RmsNormWeightGrad, dtype, IndexType::I64, hidden, 0, 4)};
+std::vector<KernelSpec> weight_grad_family(const KernelSpec& sizes) {
+  return {make_spec(Op::RmsNormWeightGrad, sizes.dtype, IndexType::I64, sizes.hidden, 0, 4)};
 }
 }  // namespace
 

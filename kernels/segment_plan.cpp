@@ -37,7 +37,7 @@ SegmentLayout segment_layout(int64_t rows, int64_t seq, int64_t table_rows) {
 
 void add_plan_launches(LaunchSequence& sequence, const SegmentLayout& l, uint64_t workspace, int device_id,
                        IndexType index_type, uint64_t first, uint64_t second, int64_t first_bound, Op report_op) {
-  const KernelSpec count_spec = make_spec(Op::SegmentCount, DType::F32, index_type, second ? 2 : 1, 0, 1);
+  const KernelSpec count_spec = make_plan_spec(Op::SegmentCount, DType::F32, index_type, second ? 2 : 1);
   LaunchPlan& count = sequence.add(count_spec, device_id, static_cast<uint32_t>(l.chunks),
                                    codegen::backward_threads(count_spec));
   count.push(first);
@@ -49,7 +49,7 @@ void add_plan_launches(LaunchSequence& sequence, const SegmentLayout& l, uint64_
   count.push(workspace + l.keys);
   count.push(workspace + l.chunk_counts);
 
-  const KernelSpec scan_spec = make_spec(Op::SegmentScan, DType::F32, IndexType::I64, 1, 0, 1);
+  const KernelSpec scan_spec = make_plan_spec(Op::SegmentScan, DType::F32, IndexType::I64);
   LaunchPlan& scan = sequence.add(scan_spec, device_id, 1, codegen::backward_threads(scan_spec));
   scan.push(workspace + l.chunk_counts);
   scan.push(static_cast<uint64_t>(l.chunks));
@@ -61,7 +61,7 @@ void add_plan_launches(LaunchSequence& sequence, const SegmentLayout& l, uint64_
   scan.push(workspace + l.tile_row);
   scan.push(static_cast<uint64_t>(l.max_tiles));
 
-  const KernelSpec scatter_spec = make_spec(Op::SegmentScatter, DType::F32, IndexType::I64, 1, 0, 1);
+  const KernelSpec scatter_spec = make_plan_spec(Op::SegmentScatter, DType::F32, IndexType::I64);
   LaunchPlan& scatter = sequence.add(scatter_spec, device_id, static_cast<uint32_t>(l.chunks),
                                      codegen::backward_threads(scatter_spec));
   scatter.push(workspace + l.keys);
@@ -84,7 +84,7 @@ void push_plan_params(LaunchPlan& plan, const SegmentLayout& l, uint64_t workspa
 
 void add_fold_launch(LaunchSequence& sequence, const SegmentLayout* l, uint64_t workspace, int device_id, DType dtype,
                      uint64_t partials, int64_t tiles, int64_t width, uint64_t out, bool whole_table) {
-  const KernelSpec fold_spec = make_spec(Op::SegmentFold, dtype, IndexType::I64, 1, 0, 1);
+  const KernelSpec fold_spec = make_plan_spec(Op::SegmentFold, dtype, IndexType::I64);
   const int threads = codegen::backward_threads(fold_spec);
   LaunchPlan& fold = sequence.add(fold_spec, device_id, static_cast<uint32_t>((width + threads - 1) / threads), threads);
   fold.grid_y = static_cast<uint32_t>(l && !whole_table ? l->table_rows : 1);
@@ -125,57 +125,61 @@ std::vector<std::string_view> scan_templates(const KernelSpec&) { return {"segme
 std::vector<std::string_view> scatter_templates(const KernelSpec&) { return {"segment_scatter.cuh"}; }
 std::vector<std::string_view> fold_templates(const KernelSpec&) { return {"fixed_order_sum.cuh", "segment_fold.cuh"}; }
 std::string count_rule(const KernelSpec& spec) {
-  return spec.hidden > 2 ? "segment_count combines 1 or 2 index tensors (hidden = 1 or 2)" : "";
+  return spec.key_tensors == 1 || spec.key_tensors == 2 ? "" : "segment_count combines 1 or 2 index tensors (keys=1 or 2)";
 }
-// segment_count: `hidden` index tensors per key (1, or 2 for adaln_row_gather), either index type.
-std::vector<KernelSpec> count_family(DType, int64_t keys, int64_t) {
-  return {make_spec(Op::SegmentCount, DType::F32, IndexType::I64, keys, 0, 1),
-          make_spec(Op::SegmentCount, DType::F32, IndexType::I32, keys, 0, 1)};
-}
-std::vector<KernelSpec> scan_family(DType, int64_t, int64_t) {
-  return {make_spec(Op::SegmentScan, DType::F32, IndexType::I64, 1, 0, 1)};
-}
-std::vector<KernelSpec> scatter_family(DType, int64_t, int64_t) {
-  return {make_spec(Op::SegmentScatter, DType::F32, IndexType::I64, 1, 0, 1)};
-}
-// The fold writes the output's dtype.
-std::vector<KernelSpec> fold_family(DType dtype, int64_t, int64_t) {
-  return {make_spec(Op::SegmentFold, dtype, IndexType::I64, 1, 0, 1)};
-}
-// The plan kernels are dtype-free (listed once, under fp32); the fold writes every dtype.
-std::vector<KernelSpec> count_catalog(DType dtype) {
-  if (dtype != DType::F32) return {};
-  std::vector<KernelSpec> specs = count_family(dtype, 1, 0);
-  for (const KernelSpec& spec : count_family(dtype, 2, 0)) specs.push_back(spec);  // adaln_row_gather's keys
+// The plan kernels are not sized by the call (the backward kernels size their launches): a
+// family is its kernels in every index type the key may come in.
+std::vector<KernelSpec> count_family(const KernelSpec&) {
+  std::vector<KernelSpec> specs;
+  for (int keys : {1, 2})  // 2: adaln_row_gather's (index, chunk) keys
+    for (IndexType index : {IndexType::I64, IndexType::I32})
+      specs.push_back(make_plan_spec(Op::SegmentCount, DType::F32, index, keys));
   return specs;
 }
-std::vector<KernelSpec> scan_catalog(DType dtype) { return dtype == DType::F32 ? scan_family(dtype, 1, 0) : std::vector<KernelSpec>{}; }
-std::vector<KernelSpec> scatter_catalog(DType dtype) {
-  return dtype == DType::F32 ? scatter_family(dtype, 1, 0) : std::vector<KernelSpec>{};
+std::vector<KernelSpec> scan_family(const KernelSpec&) {
+  return {make_plan_spec(Op::SegmentScan, DType::F32, IndexType::I64)};
 }
-std::vector<KernelSpec> fold_catalog(DType dtype) { return fold_family(dtype, 1, 0); }
+std::vector<KernelSpec> scatter_family(const KernelSpec&) {
+  return {make_plan_spec(Op::SegmentScatter, DType::F32, IndexType::I64)};
+}
+// The fold writes the output's dtype.
+std::vector<KernelSpec> fold_family(const KernelSpec& sizes) {
+  return {make_plan_spec(Op::SegmentFold, sizes.dtype, IndexType::I64)};
+}
+// The plan kernels are dtype-free (listed once, under fp32); the fold writes every dtype.
+std::vector<KernelSpec> fp32_only(std::vector<KernelSpec> (*family)(const KernelSpec&), DType dtype) {
+  return dtype == DType::F32 ? family(KernelSpec{}) : std::vector<KernelSpec>{};
+}
+std::vector<KernelSpec> count_catalog(DType dtype) { return fp32_only(count_family, dtype); }
+std::vector<KernelSpec> scan_catalog(DType dtype) { return fp32_only(scan_family, dtype); }
+std::vector<KernelSpec> scatter_catalog(DType dtype) { return fp32_only(scatter_family, dtype); }
+std::vector<KernelSpec> fold_catalog(DType dtype) {
+  KernelSpec sizes;
+  sizes.dtype = dtype;
+  return fold_family(sizes);
+}
 }  // namespace
 
 const OpRow kSegmentCountRow = {
     Op::SegmentCount, "segment_count", /*code=*/14, OpRole::Plan, "segment_plan",
-    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
+    SpecShape::Plan, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     count_templates, render_backward_constants, count_rule, count_family, count_catalog,
     "(sized by the backward kernels)", "the deterministic segment sums the backwards share",
-    /*default_stride_in_h=*/6};
+    /*default_stride_in_h=*/0};
 const OpRow kSegmentScanRow = {
     Op::SegmentScan, "segment_scan", /*code=*/15, OpRole::Plan, "segment_plan",
-    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
+    SpecShape::Plan, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     scan_templates, render_backward_constants, no_rule, scan_family, scan_catalog};
 const OpRow kSegmentScatterRow = {
     Op::SegmentScatter, "segment_scatter", /*code=*/16, OpRole::Plan, "segment_plan",
-    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
+    SpecShape::Plan, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     scatter_templates, render_backward_constants, no_rule, scatter_family, scatter_catalog};
 const OpRow kSegmentFoldRow = {
     Op::SegmentFold, "segment_fold", /*code=*/17, OpRole::Plan, "segment_plan",
-    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
+    SpecShape::Plan, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     fold_templates, render_backward_constants, no_rule, fold_family, fold_catalog};
 

@@ -47,15 +47,20 @@ inline std::string cap_rule(const SizeCap& cap, int64_t value) {
 /// The oldest architecture exactjit generates kernels for.
 inline constexpr int kMinTargetSm = 75;
 
-/// The cap of a spec's `hidden` field, which is H, det_linear's in_features K or the sinusoid's
-/// channels C by the op's shape (the segment kernels' key count has its own rule in their row).
-inline const SizeCap& hidden_cap(Op op) {
-  switch (op_row(op).shape) {
-    case SpecShape::Linear: return kInFeaturesCap;
-    case SpecShape::Channels: return kChannelsCap;
-    case SpecShape::Rows: break;
+/// The first cap a spec's size fields break, "" if none: the fields of its op's shape (the plan
+/// kernels' key count has its own rule in their row).
+inline std::string size_caps_rule(const KernelSpec& spec) {
+  switch (op_row(spec.op).shape) {
+    case SpecShape::Rows:
+      if (std::string rule = cap_rule(kHiddenCap, spec.hidden); !rule.empty()) return rule;
+      return spec.table_stride == 0 ? "" : cap_rule(kTableStrideCap, spec.table_stride);
+    case SpecShape::Channels: return cap_rule(kChannelsCap, spec.channels);
+    case SpecShape::Linear:
+      if (std::string rule = cap_rule(kInFeaturesCap, spec.in_features); !rule.empty()) return rule;
+      return cap_rule(kOutFeaturesCap, spec.out_features);
+    case SpecShape::Plan: break;
   }
-  return kHiddenCap;
+  return {};
 }
 
 }  // namespace exactjit

@@ -18,8 +18,10 @@ constexpr std::string_view kOp = "timestep_sinusoid";
 ArgName arg(std::string_view name) { return {kOp, name}; }
 }  // namespace
 
-KernelSpec timestep_sinusoid_spec(int64_t channels) {
-  return make_spec(Op::TimestepSinusoid, DType::F32, IndexType::I64, channels, 0, 1);
+KernelSpec timestep_sinusoid_spec(int64_t channels, Op op) {
+  KernelSpec spec = channels_sizes(channels);
+  spec.op = op;
+  return spec;
 }
 
 llvm::Expected<LaunchPlan> plan_timestep_sinusoid(const TimestepSinusoidArgs& a) {
@@ -96,7 +98,7 @@ llvm::Expected<LaunchPlan> plan_timestep_sinusoid_backward(const TimestepSinusoi
 
   const int64_t channels = a.grad.shape[1];
   LaunchPlan plan;
-  plan.spec = make_spec(Op::TimestepSinusoidBackward, DType::F32, IndexType::I64, channels, 0, 1);
+  plan.spec = timestep_sinusoid_spec(channels, Op::TimestepSinusoidBackward);
   plan.device_id = a.t.device.device_id;
   plan.grid = static_cast<uint32_t>(timesteps);
   plan.threads = 128;
@@ -112,18 +114,18 @@ std::vector<std::string_view> sinusoid_templates(const KernelSpec&) { return {"t
 std::vector<std::string_view> sinusoid_backward_templates(const KernelSpec&) {
   return {"row_sum.cuh", "timestep_sinusoid_backward.cuh"};
 }
-std::string channels_rule(const KernelSpec& spec) { return spec.hidden < 2 ? "channels must be >= 2" : ""; }
-// fp32 only, whatever the dtype asked for; `hidden` is the channel count.
-std::vector<KernelSpec> sinusoid_family(DType, int64_t channels, int64_t) { return {timestep_sinusoid_spec(channels)}; }
-std::vector<KernelSpec> sinusoid_backward_family(DType, int64_t channels, int64_t) {
-  return {make_spec(Op::TimestepSinusoidBackward, DType::F32, IndexType::I64, channels, 0, 1)};
+std::string channels_rule(const KernelSpec& spec) { return spec.channels < 2 ? "channels must be >= 2" : ""; }
+// fp32 only, whatever the dtype asked for.
+std::vector<KernelSpec> sinusoid_family(const KernelSpec& sizes) { return {timestep_sinusoid_spec(sizes.channels)}; }
+std::vector<KernelSpec> sinusoid_backward_family(const KernelSpec& sizes) {
+  return {timestep_sinusoid_spec(sizes.channels, Op::TimestepSinusoidBackward)};
 }
 // H3's 256 channels, listed once (under fp32).
 std::vector<KernelSpec> sinusoid_catalog(DType dtype) {
-  return dtype == DType::F32 ? sinusoid_family(dtype, kSinusoidChannels, 0) : std::vector<KernelSpec>{};
+  return dtype == DType::F32 ? sinusoid_family(channels_sizes(kSinusoidChannels)) : std::vector<KernelSpec>{};
 }
 std::vector<KernelSpec> sinusoid_backward_catalog(DType dtype) {
-  return dtype == DType::F32 ? sinusoid_backward_family(dtype, kSinusoidChannels, 0) : std::vector<KernelSpec>{};
+  return dtype == DType::F32 ? sinusoid_backward_family(channels_sizes(kSinusoidChannels)) : std::vector<KernelSpec>{};
 }
 }  // namespace
 
@@ -137,6 +139,6 @@ const OpRow kTimestepSinusoidBackwardRow = {
     Op::TimestepSinusoidBackward, "timestep_sinusoid_backward", /*code=*/11, OpRole::Backward, "timestep_sinusoid",
     SpecShape::Channels, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/1,
     {"t", "t"}, ErrorValue::Index, /*value_rule=*/"",
-    sinusoid_backward_templates, render_backward_constants, channels_rule, sinusoid_backward_family, sinusoid_backward_catalog};
+    sinusoid_backward_templates, codegen::render_sinusoid_constants, channels_rule, sinusoid_backward_family, sinusoid_backward_catalog};
 
 }  // namespace exactjit

@@ -28,7 +28,8 @@ struct TimestepSinusoidArgs {
 
 llvm::Expected<LaunchPlan> plan_timestep_sinusoid(const TimestepSinusoidArgs& args);
 
-KernelSpec timestep_sinusoid_spec(int64_t channels);
+/// The fp32 kernel of `channels` channels: the forward, or its backward with op = TimestepSinusoidBackward.
+KernelSpec timestep_sinusoid_spec(int64_t channels, Op op = Op::TimestepSinusoid);
 
 /// max_period finite and > 0, shift and scale finite; errors name `op`.
 llvm::Error check_sinusoid_params(std::string_view op, const SinusoidParams& params);

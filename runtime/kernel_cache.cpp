@@ -23,11 +23,14 @@ std::string prewarm_command(const KernelSpec& spec) {
   switch (row.shape) {
     case SpecShape::Linear:  // the forward builds one activation, the backward both
       return fmt::format("exactjit prewarm --op {} --dtype {} --in-features {} --out-features {}{} --arch {}", row.name,
-                         dtype_name(spec.dtype), spec.hidden, spec.out_features,
+                         dtype_name(spec.dtype), spec.in_features, spec.out_features,
                          row.role != OpRole::Forward ? "" : spec.silu ? " --activation silu" : " --activation none",
                          spec.target.name());
     case SpecShape::Channels:
-      return fmt::format("exactjit prewarm --op {} --channels {} --arch {}", row.name, spec.hidden, spec.target.name());
+      return fmt::format("exactjit prewarm --op {} --channels {} --arch {}", row.name, spec.channels, spec.target.name());
+    case SpecShape::Plan:  // not sized by the call: every key count and index type
+      return fmt::format("exactjit prewarm --op {} --dtype {} --arch {}", row.name, dtype_name(spec.dtype),
+                         spec.target.name());
     case SpecShape::Rows: break;
   }
   return fmt::format("exactjit prewarm --op {} --hidden {} --dtype {} --table-stride {} --arch {}", row.name,

@@ -1,11 +1,13 @@
 // Spec lists: recorded kernel specs (see spec_list.hpp).
 #include "runtime/spec_list.hpp"
 
+#include "codegen/op_row.hpp"
 #include "runtime/errors.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <llvm/ADT/ScopeExit.h>
+#include <llvm/ADT/StringMap.h>
 #include <llvm/Support/FileSystem.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -52,6 +54,38 @@ bool write_all(int fd, const std::string& text) {
   return true;
 }
 
+// A line as exactjit described the sinusoid and the segment plan kernels before they had size
+// fields of their own (generator exactjit-codegen-5): "OP dtype=D hidden=N table_stride=0 vec=1
+// index=I target=T", N the channels, the key tensors or 1. Read back as today's spec, so lists
+// recorded then still prewarm; only that exact text is accepted.
+std::optional<KernelSpec> parse_codegen5_spec(llvm::StringRef line) {
+  const auto [name, rest] = line.split(' ');
+  const std::optional<Op> op = parse_op(std::string_view(name.data(), name.size()));
+  if (!op) return std::nullopt;
+  const SpecShape shape = op_row(*op).shape;
+  if (shape != SpecShape::Channels && shape != SpecShape::Plan) return std::nullopt;
+  llvm::SmallVector<llvm::StringRef, 8> fields;
+  rest.split(fields, ' ');
+  llvm::StringMap<llvm::StringRef> value;
+  for (llvm::StringRef field : fields) value.insert(field.split('='));
+  const std::string size = value.lookup("hidden").str();
+  const bool keyed = *op == Op::SegmentCount;
+  const std::string today =
+      shape == SpecShape::Channels
+          ? fmt::format("{} dtype={} channels={} target={}", name.str(), value.lookup("dtype").str(), size,
+                        value.lookup("target").str())
+          : fmt::format("{} dtype={}{} index={} target={}", name.str(), value.lookup("dtype").str(),
+                        keyed ? " keys=" + size : "", value.lookup("index").str(), value.lookup("target").str());
+  const std::optional<KernelSpec> spec = parse_spec(today);
+  if (!spec) return std::nullopt;
+  const std::string written =
+      fmt::format("{} dtype={} hidden={} table_stride=0 vec=1 index={} target={}", name.str(),
+                  dtype_name(spec->dtype), shape == SpecShape::Channels ? spec->channels : keyed ? spec->key_tensors : 1,
+                  index_type_name(spec->index), spec->target.name());
+  if (written != line) return std::nullopt;
+  return spec;
+}
+
 }  // namespace
 
 bool is_spec_list(llvm::StringRef text) {
@@ -76,7 +110,8 @@ llvm::Expected<std::vector<KernelSpec>> parse_spec_list(llvm::StringRef text, ll
     text = text.drop_front(end);
     // A repeated header: writers that found the file empty at once, without a working lock.
     if (line == kSpecListFormat) continue;
-    const std::optional<KernelSpec> spec = parse_spec(std::string_view(line.data(), line.size()));
+    std::optional<KernelSpec> spec = parse_spec(std::string_view(line.data(), line.size()));
+    if (!spec) spec = parse_codegen5_spec(line);
     if (!spec)
       return make_error(ErrorCode::InvalidArgument,
                         fmt::format("{}: line {} is not a kernel spec exactjit writes: '{}'", what.str(), line_number,

@@ -1,7 +1,7 @@
 // Segment plan, step 1 of 3 (kernels/segment_plan.hpp): one block per chunk of kChunkPositions
 // positions. Each position's key (its table row) is checked and written to keys[s] (-1 when
 // bad, which is reported and leaves the position out of every sum); the chunk's keys are counted
-// per table row. kHidden is the number of index tensors: 1 (key = index[s]) or 2 (key =
+// per table row. kKeyTensors is the number of index tensors: 1 (key = index[s]) or 2 (key =
 // timestep[s] * 3 + tag[s], adaln_row_gather; each is checked before they are combined, so a huge
 // timestep cannot wrap to a valid row). Integer counts: the order of the shared atomics does not
 // change them.
@@ -26,7 +26,7 @@ XJ_ENTRY(const segment_count::Index* __restrict__ first, const segment_count::In
     const long long a = (long long)first[s];
     if (a < 0 || a >= first_bound) {
       xj::report_bad_index(errors, report_op, s, a, first_bound);
-    } else if (spec::kHidden == 1) {
+    } else if (spec::kKeyTensors == 1) {
       key = a;
     } else {
       const long long tag = (long long)second[s];

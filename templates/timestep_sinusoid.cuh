@@ -8,7 +8,7 @@
 // finite or outside [0, 1] is reported (the H3 convention) and its row is still written.
 namespace timestep_sinusoid {
 
-constexpr int kChannels = spec::kHidden;
+constexpr int kChannels = spec::kChannels;
 constexpr int kHalf = kChannels / 2;
 constexpr int kThreads = 128;
 

@@ -5,7 +5,7 @@
 // order from 0; then the warps' shuffle tree (off = 16..1) and (w0 + w2) + (w1 + w3). The
 // zero column of an odd C has no gradient.
 namespace timestep_sinusoid_backward {
-constexpr int kChannels = spec::kHidden;
+constexpr int kChannels = spec::kChannels;
 constexpr int kHalf = kChannels / 2;
 constexpr int kThreads = 128;
 }  // namespace timestep_sinusoid_backward

@@ -144,6 +144,8 @@ TEST(Cli, PrewarmManifestSizesArePositiveAndRequired) {
       {R"([{"op": "timestep_sinusoid", "channels": 0}])", R"(element 0: "channels" must be a positive integer)"},
       {R"([{"op": "rms_norm_backward", "hidden": 70000}])",
        "element 0: hidden size H must be in [1, 65536] (got 70000)"},
+      {R"([{"op": "rms_norm", "hidden": 64, "in_features": 64}])",
+       R"(element 0: "in_features" does not size rms_norm (its sizes: --hidden H)"},
   };
   for (size_t k = 0; k < cases.size(); ++k) {
     const std::string file = cli.cache / fmt::format("sizes-{}.json", k);
@@ -253,7 +255,7 @@ TEST(Cli, ArchListBuildsEveryTarget) {
 TEST(Cli, PrewarmTakesARecordedSpecList) {
   Cli cli;
   const std::vector<KernelSpec> family =
-      spec_family(Op::GateResidual, DType::BF16, 64, 128, Target{90, false});
+      spec_family(Op::GateResidual, rows_sizes(DType::BF16, 64, 128), Target{90, false});
   const std::string list = cli.cache / "used.specs";
   test::write_text(list, fmt::format("exactjit-spec-list-1\n{0}\n{1}\n{0}\n", family[0].describe(),
                                      family[2].describe()));
@@ -327,10 +329,28 @@ TEST(Cli, InspectPicksTheUnweightedRmsNormBackwardKernels) {
     }
 }
 
+// A size flag or manifest field the op's shape does not take is refused, naming it and the op's
+// sizes; it used to be ignored (or, for det_linear's backward, read as K or N).
+TEST(Cli, RefusesSizesTheOpDoesNotTake) {
+  Cli cli;
+  const auto linear = cli.run({"inspect", "--op", "det_linear_input_grad", "--hidden", "2688", "--emit", "key"});
+  EXPECT_EQ(linear.exit_code, 2);
+  EXPECT_NE(linear.err.find("--hidden does not size det_linear_input_grad (its sizes: --in-features K --out-features N"),
+            std::string::npos)
+      << linear.err;
+  const auto sinusoid = cli.run({"inspect", "--op", "timestep_sinusoid", "--table-stride", "8", "--emit", "key"});
+  EXPECT_EQ(sinusoid.exit_code, 2);
+  EXPECT_NE(sinusoid.err.find("--table-stride does not size timestep_sinusoid (its sizes: --channels C)"),
+            std::string::npos)
+      << sinusoid.err;
+  EXPECT_EQ(cli.run({"inspect", "--op", "gate_residual", "--channels", "256", "--emit", "key"}).exit_code, 2);
+  EXPECT_EQ(cli.run({"inspect", "--op", "timestep_sinusoid", "--channels", "256", "--emit", "key"}).exit_code, 0);
+}
+
 TEST(Cli, InspectPicksTheDetLinearBackwardRowTile) {
   Cli cli;
   auto source = [&](const char* op, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"inspect", "--op", op, "--dtype", "bf16", "--hidden", "2688", "--table-stride",
+    std::vector<std::string> args = {"inspect", "--op", op, "--dtype", "bf16", "--in-features", "2688", "--out-features",
                                      "10752", "--arch", "sm_90", "--emit", "source"};
     args.insert(args.end(), extra.begin(), extra.end());
     return cli.run(args);

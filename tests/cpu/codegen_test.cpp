@@ -13,7 +13,7 @@ namespace exactjit {
 namespace {
 
 KernelSpec bf16_block_spec() {
-  return spec_family(Op::GateResidual, DType::BF16, 5376, 6 * 5376, Target{90, false}).front();
+  return spec_family(Op::GateResidual, rows_sizes(DType::BF16, 5376, 6 * 5376), Target{90, false}).front();
 }
 
 TEST(Codegen, SameSpecGivesSameBytes) {

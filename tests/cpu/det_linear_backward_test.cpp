@@ -281,7 +281,7 @@ TEST(DetLinearBf16BackwardSpec, CatalogHasTheProjectionBackwardsForEveryT) {
 // An --op prewarm (spec_family) builds every row tile of the partials and weight grad.
 TEST(DetLinearBf16BackwardSpec, FamilyHasEveryRowTile) {
   for (Op op : kOps) {
-    const std::vector<KernelSpec> family = spec_family(op, DType::BF16, kK, kBlockN, Target{90, false});
+    const std::vector<KernelSpec> family = spec_family(op, linear_sizes(DType::BF16, kK, kBlockN), Target{90, false});
     const size_t tiles = op == Op::DetLinearInputFold ? 1 : op == Op::DetLinearInputGrad ? 5 : 4;
     EXPECT_EQ(family.size(), 2 * 2 * tiles) << op_name(op);  // activations x gradient dtypes x row tiles
     for (const KernelSpec& spec : family) EXPECT_FALSE(static_cast<bool>(validate_spec(spec))) << spec.describe();
@@ -342,7 +342,7 @@ TEST(DetLinearBf16BackwardSpec, PrewarmCommandBuildsAMissingRowTile) {
   spec.target = Target{90, false};
   EXPECT_EQ(prewarm_command(spec), "exactjit prewarm --op det_linear_weight_grad --dtype bf16 --in-features 2688 "
                                    "--out-features 96768 --arch sm_90");
-  const std::vector<KernelSpec> family = spec_family(spec.op, DType::BF16, kK, kBlockN, spec.target);
+  const std::vector<KernelSpec> family = spec_family(spec.op, linear_sizes(DType::BF16, kK, kBlockN), spec.target);
   EXPECT_NE(std::find(family.begin(), family.end(), spec), family.end());
 }
 

@@ -27,7 +27,7 @@ namespace exactjit {
 namespace {
 
 KernelSource bf16_source(int64_t stride = 6 * kDefaultHidden) {
-  return codegen::render(spec_family(Op::GateResidual, DType::BF16, kDefaultHidden, stride, Target{90, false}).front());
+  return codegen::render(spec_family(Op::GateResidual, rows_sizes(DType::BF16, kDefaultHidden, stride), Target{90, false}).front());
 }
 
 CacheConfig writable(const std::string& dir) {
@@ -247,7 +247,7 @@ TEST(DiskCache, PruneBySizeAndAgeAndPolicyErrors) {
 TEST(DiskCache, VirtualTargetEntriesHoldPtx) {
   test::TempDir dir;
   const KernelSource ptx_source = codegen::render(
-      spec_family(Op::GateResidual, DType::BF16, kDefaultHidden, 6 * kDefaultHidden, Target{90, true}).front());
+      spec_family(Op::GateResidual, rows_sizes(DType::BF16, kDefaultHidden, 6 * kDefaultHidden), Target{90, true}).front());
   const std::string folder = publish_one(dir.path(), ptx_source);
   EXPECT_TRUE(llvm::sys::fs::exists(folder + "/kernel.ptx"));
   EXPECT_FALSE(llvm::sys::fs::exists(folder + "/kernel.cubin"));

@@ -28,7 +28,7 @@ TEST(KernelCache, ThreadsShareOneCompile) {
   test::TempDir dir;
   KernelCache cache(writable(dir.path()));
   const KernelSource source =
-      codegen::render(spec_family(Op::GateResidual, DType::F16, 1024, 6 * 1024, Target{90, false}).front());
+      codegen::render(spec_family(Op::GateResidual, rows_sizes(DType::F16, 1024, 6 * 1024), Target{90, false}).front());
   std::atomic<int> compiled{0}, memory{0}, failed{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
@@ -57,7 +57,7 @@ TEST(KernelCache, WaitersOfAFailedBuildGetItsErrorWithoutRebuilding) {
   test::TempDir dir;
   KernelCache cache(writable(dir.path()));
   KernelSource source =
-      codegen::render(spec_family(Op::GateResidual, DType::F16, 1024, 6 * 1024, Target{90, false}).front());
+      codegen::render(spec_family(Op::GateResidual, rows_sizes(DType::F16, 1024, 6 * 1024), Target{90, false}).front());
   // ptxas rejects it, after the whole front end has run (a failure as slow as a compile).
   source.text += "\nextern \"C\" __global__ void xj_test_broken() { asm volatile(\"not_an_instruction;\"); }\n";
   auto time_threads = [&](int count, std::atomic<int>& failed) {

@@ -5,6 +5,7 @@
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
 #include "kernels/op_families.hpp"
+#include "runtime/kernel_cache.hpp"
 
 #include <gtest/gtest.h>
 
@@ -100,13 +101,12 @@ TEST(OpTable, CatalogIsTheRowsCatalogs) {
 // render with its constants (the op code among them) and its templates.
 TEST(OpTable, FamiliesKeepTheirRowsRulesAndRender) {
   for (const OpRow* row : op_table()) {
-    const int64_t hidden = row->shape == SpecShape::Linear ? kTimeEmbedDim : row->shape == SpecShape::Channels ? 256
-                           : row->role == OpRole::Plan ? 1 : kDefaultHidden;
-    const int64_t stride = row->shape == SpecShape::Linear ? 18 * kDefaultHidden : row->shape == SpecShape::Rows &&
-                           row->role != OpRole::Plan ? 6 * kDefaultHidden : 0;
     size_t count = 0;
     for (DType dtype : {DType::BF16, DType::F32}) {  // det_linear_input_fold: bf16 only
-      const std::vector<KernelSpec> specs = spec_family(row->op, dtype, hidden, stride, Target{90, false});
+      KernelSpec sizes = rows_sizes(dtype, kDefaultHidden, 6 * kDefaultHidden);
+      if (row->shape == SpecShape::Linear) sizes = linear_sizes(dtype, kTimeEmbedDim, 18 * kDefaultHidden);
+      if (row->shape == SpecShape::Channels) sizes = channels_sizes(256);
+      const std::vector<KernelSpec> specs = spec_family(row->op, sizes, Target{90, false});
       count += specs.size();
       for (const KernelSpec& spec : specs) {
         EXPECT_EQ(spec.op, row->op);
@@ -127,7 +127,7 @@ TEST(OpTable, FamiliesKeepTheirRowsRulesAndRender) {
 
 // A rule is written once, in the row, and validate_spec reports it with the spec.
 TEST(OpTable, ValidateSpecReportsTheRowsRule) {
-  KernelSpec spec = spec_family(Op::RmsNormWeightGrad, DType::BF16, 64, 0, Target{90, false}).front();
+  KernelSpec spec = spec_family(Op::RmsNormWeightGrad, rows_sizes(DType::BF16, 64, 0), Target{90, false}).front();
   spec.vec = 1;
   EXPECT_EQ(op_row(spec.op).rule(spec), "rms_norm kernels move 4-element vectors (vec=4)");
   llvm::Error error = validate_spec(spec);
@@ -138,6 +138,41 @@ TEST(OpTable, ValidateSpecReportsTheRowsRule) {
   error = validate_spec(spec);
   ASSERT_TRUE(static_cast<bool>(error));
   EXPECT_NE(llvm::toString(std::move(error)).find("targets older than sm_75"), std::string::npos);
+}
+
+// Each spec shape has size fields of its own, and describe(), the size caps and the prewarm command
+// of an offline miss name them: the sinusoid's channels and segment_count's key tensors were once
+// a `hidden`, and plan kernels printed a hidden of 1.
+TEST(OpTable, EachShapeNamesItsOwnSizes) {
+  KernelSpec sinusoid = channels_sizes(256);
+  sinusoid.op = Op::TimestepSinusoidBackward;
+  sinusoid.target = Target{90, false};
+  EXPECT_EQ(sinusoid.describe(), "timestep_sinusoid_backward dtype=fp32 channels=256 target=sm_90");
+  EXPECT_EQ(sinusoid.hidden, 0);
+  EXPECT_EQ(prewarm_command(sinusoid), "exactjit prewarm --op timestep_sinusoid_backward --channels 256 --arch sm_90");
+  EXPECT_NE(codegen::render(sinusoid).text.find("constexpr int kChannels = 256;"), std::string::npos);
+  sinusoid.channels = 65538;
+  EXPECT_NE(llvm::toString(validate_spec(sinusoid)).find("channels C must be in [1, 65536] (got 65538)"),
+            std::string::npos);
+
+  KernelSpec count = make_plan_spec(Op::SegmentCount, DType::F32, IndexType::I32, 2);
+  count.target = Target{80, false};
+  EXPECT_EQ(count.describe(), "segment_count dtype=fp32 keys=2 index=int32 target=sm_80");
+  EXPECT_EQ(count.stem(), "segment_count_fp32_k2_i32_sm80");
+  EXPECT_EQ(prewarm_command(count), "exactjit prewarm --op segment_count --dtype fp32 --arch sm_80");
+  const std::string text = codegen::render(count).text;
+  EXPECT_NE(text.find("constexpr int kKeyTensors = 2;"), std::string::npos);
+  EXPECT_EQ(text.find("kHidden"), std::string::npos);
+  EXPECT_TRUE(llvm::is_contained(spec_family(Op::SegmentCount, KernelSpec{}, count.target), count));
+  count.key_tensors = 3;
+  EXPECT_NE(llvm::toString(validate_spec(count)).find("combines 1 or 2 index tensors"), std::string::npos);
+
+  const KernelSpec linear = spec_family(Op::DetLinear, linear_sizes(DType::BF16, 2688, 10752), Target{90, false}).front();
+  EXPECT_EQ(linear.in_features, 2688);
+  EXPECT_EQ(linear.hidden, 0);
+  EXPECT_EQ(linear.table_stride, 0);
+  for (const KernelSpec& spec : default_catalog(Target{90, false}))
+    EXPECT_EQ(parse_spec(spec.describe()), spec) << spec.describe();
 }
 
 }  // namespace

@@ -282,7 +282,7 @@ TEST(AdalnRowGatherBackwardValidation, PlansTwoIndexKeysAndSixChunks) {
   auto sequence = plan_adaln_row_gather_backward({grad.t, ti.t, tags.t, d_rows.t, &workspace.t});
   ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
   ASSERT_EQ(sequence->count, 5);
-  EXPECT_EQ(sequence->steps[0].spec.hidden, 2);  // key = t * 3 + tag
+  EXPECT_EQ(sequence->steps[0].spec.key_tensors, 2);  // key = t * 3 + tag
   EXPECT_EQ(sequence->steps[0].params[4], 3u);   // t is checked against T = R / 3
   EXPECT_EQ(sequence->steps[3].grid_y, 6u * 6u);  // six chunks x six slices of 128 packs (H / 8 = 672)
   EXPECT_EQ(sequence->steps[4].spec.dtype, DType::F32);

@@ -298,7 +298,7 @@ TEST(TimestepSinusoidValidation, ScalarsAreRoundedAsPyTorchRoundsThem) {
   auto plan = plan_timestep_sinusoid({t.t, out.t, params});
   ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
   EXPECT_EQ(plan->spec.op, Op::TimestepSinusoid);
-  EXPECT_EQ(plan->spec.hidden, 256);
+  EXPECT_EQ(plan->spec.channels, 256);
   EXPECT_EQ(plan->grid, 3u);  // 3 x 128 frequencies, 128 per block
   float neg_log = 0, inv = 0;
   std::memcpy(&neg_log, &plan->params[3], 4);

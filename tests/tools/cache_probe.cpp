@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   const std::optional<DType> dtype = parse_dtype(argv[1]);
   if (!dtype) return 2;
   const KernelSpec spec =
-      spec_family(Op::GateResidual, *dtype, kDefaultHidden, std::stoll(argv[2]), Target{90, false}).front();
+      spec_family(Op::GateResidual, rows_sizes(*dtype, kDefaultHidden, std::stoll(argv[2])), Target{90, false}).front();
   KernelCache cache(llvm::cantFail(cache_config_from_environment()));
   auto lookup = cache.get(codegen::render(spec));
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

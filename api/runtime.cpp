@@ -150,6 +150,9 @@ llvm::Expected<CUfunction> Runtime::Impl::function(DeviceState& state, KernelSpe
     spec.target = state.target;
     if (auto it = state.functions.find(spec); it != state.functions.end()) return it->second;
   }
+  // The cold path: the op's rules on this device's target first (the sm_75 floor, bf16
+  // det_linear's sm_80), so that an older GPU is told the rule, not an NVRTC error.
+  if (llvm::Error err = validate_spec(spec)) return err;
   const KernelSpec requested = spec;
   auto lookup = cache.get(codegen::render(spec));
   if (!lookup && !options.offline) {

@@ -101,7 +101,7 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
     target = *parsed;
   }
   const OpRow& row = op_row(*op);
-  if (auto err = require_shape_sizes(request, row)) return std::move(err);
+  if (auto err = require_shape_sizes(request, row)) return err;
   if (row.shape == SpecShape::Channels) {  // fp32 only, sized by its channels
     if (!request.dtype.empty() && parse_dtype(request.dtype) != DType::F32)
       return usage(fmt::format("{} is fp32 only", row.name));
@@ -109,7 +109,7 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
     if (!channels) return channels.takeError();
     if (std::string rule = cap_rule(kChannelsCap, *channels); !rule.empty()) return usage(rule);
     const std::vector<KernelSpec> specs = spec_family(*op, channels_sizes(*channels), target);
-    if (auto err = validate_spec(specs.front())) return std::move(err);
+    if (auto err = validate_spec(specs.front())) return err;
     return specs;
   }
   if (row.shape == SpecShape::Plan) {  // sized by the backward kernels: every key count and index type
@@ -145,7 +145,7 @@ llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, con
     for (DType dtype : *dtypes)
       for (const KernelSpec& spec : spec_family(*op, linear_sizes(dtype, *k, *n), target)) {
         if (!llvm::is_contained(activations, spec.silu)) continue;
-        if (auto err = validate_spec(spec)) return std::move(err);
+        if (auto err = validate_spec(spec)) return err;
         specs.push_back(spec);
       }
     if (specs.empty()) return usage(fmt::format("{} has no {} kernel", request.op, request.dtype));

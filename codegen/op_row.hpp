@@ -30,6 +30,17 @@ enum class SpecShape : uint8_t {
   Plan,      ///< the segment plan kernels: index type (segment_count: its key tensors)
 };
 
+/// The size a broken rule is about, so that a planner can report it against the tensor that
+/// carries that size (x for H, the table view for its stride).
+enum class RuleSubject : uint8_t { Spec, Sizes, TableStride };
+
+/// The first rule of an op that a spec breaks; an empty `rule` when it keeps them all.
+struct RuleBreak {
+  RuleSubject subject = RuleSubject::Spec;
+  std::string rule;
+  explicit operator bool() const { return !rule.empty(); }
+};
+
 /// What a device error record's value is: a bad index, or the bits of a float outside its range.
 enum class ErrorValue : uint8_t { Index, FloatBits };
 
@@ -59,9 +70,9 @@ struct OpRow {
   std::vector<std::string_view> (*templates)(const KernelSpec&);
   /// The `namespace spec` constant block of its generated source.
   std::string (*constants)(const KernelSpec&);
-  /// The first of the op's own rules the spec breaks, "" if none (validate_spec checks the size
+  /// The first of the op's own rules the spec breaks (validate_spec checks the size
   /// caps and the arch floor first).
-  std::string (*rule)(const KernelSpec&);
+  RuleBreak (*rule)(const KernelSpec&);
   /// The kernels a call of one shape can select (target unset): the catalog, the CLI and prewarm
   /// build these. `sizes` carries the dtype and the size fields of the row's SpecShape (Rows:
   /// hidden, table_stride; Channels: channels; Linear: in_features, out_features); the per-call

@@ -45,9 +45,10 @@ llvm::Expected<LaunchPlan> plan_adaln_row_gather(const AdalnRowGatherArgs& a) {
   if (stride_of(a.rows, 1) != 1)
     return invalid(arg("rows"), fmt::format("must have unit column stride (got {})", stride_of(a.rows, 1)));
   const int64_t table_stride = stride_of(a.rows, 0);
-  if (table_stride < 6 * hidden)
-    return invalid(arg("rows"), fmt::format("row stride must be >= 6H = {} (got {})", 6 * hidden, table_stride));
   if (std::string rule = cap_rule(kTableStrideCap, table_stride); !rule.empty()) return invalid(arg("rows"), rule);
+  if (auto err = require_row_rules(make_spec(Op::AdalnRowGather, *dtype, *index_type, hidden, table_stride, 1),
+                                   arg("rows"), arg("rows")))
+    return err;
 
   const DLTensor* indices[] = {&a.timestep_indices, &a.token_tags};
   const char* index_names[] = {"timestep_indices", "token_tags"};
@@ -85,7 +86,7 @@ llvm::Expected<LaunchPlan> plan_adaln_row_gather(const AdalnRowGatherArgs& a) {
 
 namespace {
 std::vector<std::string_view> adaln_row_gather_templates(const KernelSpec&) { return {"adaln_row_gather.cuh"}; }
-std::string adaln_row_gather_rule(const KernelSpec& spec) { return row_op_rule(spec, 6); }
+RuleBreak adaln_row_gather_rule(const KernelSpec& spec) { return row_op_rule(spec, 6); }
 std::vector<KernelSpec> adaln_row_gather_family(const KernelSpec& sizes) {
   return row_op_family(Op::AdalnRowGather, sizes.dtype, sizes.hidden, sizes.table_stride);
 }

@@ -35,7 +35,7 @@ llvm::Error validate_spec(const KernelSpec& spec) {
   // The caps first: the op's rules (and the templates) compute with these sizes.
   if (std::string rule = size_caps_rule(spec); !rule.empty()) return bad(rule);
   if (spec.target.sm < kMinTargetSm) return bad(fmt::format("targets older than sm_{} are not supported", kMinTargetSm));
-  if (std::string rule = row.rule(spec); !rule.empty()) return bad(rule);
+  if (RuleBreak broken = row.rule(spec)) return bad(broken.rule);
   return llvm::Error::success();
 }
 

@@ -96,12 +96,10 @@ llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& a, const DeviceT
   if (a.weight.ndim != 2 || a.weight.shape[1] != in_features || !is_contiguous(a.weight))
     return invalid(arg("weight"), fmt::format("must be (N, {}) contiguous (got {})", in_features, shape_string(a.weight)));
   const int64_t out_features = a.weight.shape[0];
-  const int64_t multiple = *dtype == DType::F32 ? 4 : 16;
-  if (in_features < multiple || in_features % multiple != 0)
-    return invalid(arg("x"), fmt::format("in_features must be a positive multiple of {} for {} weights (got {})",
-                                         multiple, dtype_name(*dtype), in_features));
   if (std::string rule = cap_rule(kInFeaturesCap, in_features); !rule.empty()) return invalid(arg("x"), rule);
   if (std::string rule = cap_rule(kOutFeaturesCap, out_features); !rule.empty()) return invalid(arg("weight"), rule);
+  const KernelSpec spec = det_linear_spec(*dtype, in_features, out_features, a.silu);
+  if (auto err = require_row_rules(spec, arg("x"), arg("x"))) return err;
   if (data_address(a.x) % 16 != 0 || data_address(a.weight) % 16 != 0)
     return invalid(arg("x"), "x and weight must be 16-byte aligned");
   if (a.bias) {
@@ -122,7 +120,7 @@ llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& a, const DeviceT
   if (auto err = require_disjoint_outputs(kOp, tensors, {"out", "pre_activation"})) return err;
 
   LaunchPlan plan;
-  plan.spec = det_linear_spec(*dtype, in_features, out_features, a.silu);
+  plan.spec = spec;
   plan.device_id = a.x.device.device_id;
   if (rows == 0) return plan;
   const DetLinearGeometry geometry = det_linear_geometry(*dtype, in_features, out_features, device.sm);
@@ -192,6 +190,13 @@ std::string render_det_linear_constants(const KernelSpec& spec) {
          geometry;
 }
 
+RuleBreak in_features_rule(const KernelSpec& spec) {
+  const int step = spec.dtype == DType::BF16 ? 16 : 4;
+  if (spec.in_features % step == 0) return {};
+  return {RuleSubject::Sizes, fmt::format("in_features must be a multiple of {} for {} weights (got {})", step,
+                                          dtype_name(spec.dtype), spec.in_features)};
+}
+
 namespace {
 std::vector<std::string_view> det_linear_templates(const KernelSpec& spec) {
   if (spec.dtype == DType::F32) return {"fixed_order_sum.cuh", "det_linear_fp32.cuh"};
@@ -200,13 +205,13 @@ std::vector<std::string_view> det_linear_templates(const KernelSpec& spec) {
               ? "det_linear_bf16_bulk.cuh"
               : "det_linear_bf16.cuh"};
 }
-std::string det_linear_rule(const KernelSpec& spec) {
-  if (spec.dtype == DType::F16) return "det_linear weights are bf16 or fp32";
+RuleBreak det_linear_rule(const KernelSpec& spec) {
+  if (spec.dtype == DType::F16) return {RuleSubject::Spec, "det_linear weights are bf16 or fp32"};
   if (spec.dtype == DType::BF16 && spec.target.sm < 80)
-    return "det_linear with bf16 weights needs sm_80 or newer (bf16 tensor-core mma)";
-  if (spec.in_features % (spec.dtype == DType::BF16 ? 16 : 4) != 0)
-    return "in_features must be a multiple of 16 (bf16) or 4 (fp32)";
-  if (spec.row_tile != kRowTile) return "the row tile is 8";
+    return {RuleSubject::Spec, fmt::format("det_linear with bf16 weights needs sm_80 or newer (bf16 tensor-core mma; "
+                                           "the target is {})", spec.target.name())};
+  if (RuleBreak broken = in_features_rule(spec)) return broken;
+  if (spec.row_tile != kRowTile) return {RuleSubject::Spec, fmt::format("the row tile is {} (got {})", kRowTile, spec.row_tile)};
   return {};
 }
 // Both activations.

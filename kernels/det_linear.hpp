@@ -47,6 +47,10 @@ DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, i
 KernelSpec det_linear_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu,
                            Op op = Op::DetLinear);
 
+/// det_linear's reduction runs over K in 16-element (bf16 mma) or 4-element (fp32) steps: K is a
+/// multiple of that step. A rule of the forward and the backward rows.
+RuleBreak in_features_rule(const KernelSpec& spec);
+
 /// det_linear's row of the op table.
 extern const OpRow kDetLinearRow;
 /// The constant block of det_linear and its backward kernels (K, N, the row tile, the activation,

@@ -87,8 +87,8 @@ llvm::Error require_outputs(const DetLinearBackwardArgs& a, const llvm::SmallVec
 // partials and weight/bias kernels are the ones compiled for the row tile the rows select.
 llvm::Expected<LaunchSequence> plan_bf16(const DetLinearBackwardArgs& a, llvm::SmallVector<NamedTensor, 8>& tensors) {
   const int64_t rows = a.x.shape[0], in_features = a.x.shape[1], out_features = a.weight.shape[0];
-  if (in_features % 16 != 0)
-    return invalid(arg("x"), fmt::format("in_features must be a multiple of 16 for bfloat16 weights (got {})", in_features));
+  if (RuleBreak broken = in_features_rule(det_linear_spec(DType::BF16, in_features, out_features, a.silu)))
+    return invalid(arg("x"), broken.rule);
   if (auto err = require_dense(arg("weight"), a.weight, {out_features, in_features}, DType::BF16)) return err;
   auto grad_dtype = float_dtype(arg("grad"), a.grad);
   if (!grad_dtype) return grad_dtype.takeError();
@@ -192,15 +192,18 @@ namespace {
 std::vector<std::string_view> backward_templates(const KernelSpec& spec) {
   return {"fixed_order_sum.cuh", spec.dtype == DType::F32 ? "det_linear_grad.cuh" : "det_linear_grad_bf16.cuh"};
 }
-std::string backward_rule(const KernelSpec& spec) {
-  if (spec.dtype == DType::F16) return "det_linear weights are bf16 or fp32";
+RuleBreak backward_rule(const KernelSpec& spec) {
+  if (spec.dtype == DType::F16) return {RuleSubject::Spec, "det_linear weights are bf16 or fp32"};
   if (spec.dtype == DType::F32 && (spec.op == Op::DetLinearInputFold || spec.grad_dtype != DType::F32))
-    return "the fp32 det_linear backward takes an fp32 gradient and folds with segment_fold";
-  if (spec.dtype == DType::BF16 && (spec.grad_dtype == DType::F16 || spec.in_features % 16 != 0))
-    return "the bf16 det_linear backward takes a bf16 or fp32 gradient and in_features % 16 == 0";
+    return {RuleSubject::Spec, "the fp32 det_linear backward takes an fp32 gradient and folds with segment_fold"};
+  if (spec.dtype == DType::BF16 && spec.grad_dtype == DType::F16)
+    return {RuleSubject::Spec, "the bf16 det_linear backward takes a bf16 or fp32 gradient"};
+  if (spec.dtype == DType::BF16)
+    if (RuleBreak broken = in_features_rule(spec)) return broken;
   if (const llvm::ArrayRef<int> tiles = det_linear_backward_row_tiles(spec.dtype, spec.op);
       !llvm::is_contained(tiles, spec.row_tile))
-    return fmt::format("rows (the row tile) must be in {{{}}} (got {})", fmt::join(tiles, ", "), spec.row_tile);
+    return {RuleSubject::Spec,
+            fmt::format("rows (the row tile) must be in {{{}}} (got {})", fmt::join(tiles, ", "), spec.row_tile)};
   return {};
 }
 // Both activations; fp32 weights: one kernel each (no fold); bf16 weights: both gradient dtypes

@@ -59,9 +59,10 @@ llvm::Expected<LaunchPlan> plan_gate_residual(const GateResidualArgs& a) {
     return invalid(arg("gate"), fmt::format("must have unit column stride (got {})", stride_of(a.gate, 1)));
   // A single-row table never steps to a second row: its stride is irrelevant, canonicalise it.
   const int64_t table_stride = table_rows == 1 ? hidden : stride_of(a.gate, 0);
-  if (table_stride < hidden)
-    return invalid(arg("gate"), fmt::format("row stride must be >= H = {} (got {})", hidden, table_stride));
   if (std::string rule = cap_rule(kTableStrideCap, table_stride); !rule.empty()) return invalid(arg("gate"), rule);
+  if (auto err = require_row_rules(make_spec(Op::GateResidual, *dtype, IndexType::I64, hidden, table_stride, 1),
+                                   arg("residual"), arg("gate")))
+    return err;
 
   if (a.index.ndim != 1 || a.index.shape[0] < 1)
     return invalid(arg("index"), fmt::format("must be (S,) with S >= 1 (got {})", shape_string(a.index)));
@@ -107,7 +108,7 @@ namespace {
 std::vector<std::string_view> gate_residual_templates(const KernelSpec&) {
   return {"gate_residual_math.cuh", "gate_residual.cuh"};
 }
-std::string gate_residual_rule(const KernelSpec& spec) { return row_op_rule(spec, 1); }
+RuleBreak gate_residual_rule(const KernelSpec& spec) { return row_op_rule(spec, 1); }
 std::vector<KernelSpec> gate_residual_family(const KernelSpec& sizes) {
   return row_op_family(Op::GateResidual, sizes.dtype, sizes.hidden, sizes.table_stride);
 }

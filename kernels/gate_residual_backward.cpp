@@ -47,8 +47,10 @@ llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBac
   const int64_t table_rows = a.gate.shape[0];
   if (hidden > 1 && stride_of(a.gate, 1) != 1) return invalid(arg("gate"), "must have unit column stride");
   const int64_t table_stride = table_rows == 1 ? hidden : stride_of(a.gate, 0);
-  if (table_stride < hidden) return invalid(arg("gate"), fmt::format("row stride must be >= H = {}", hidden));
   if (std::string rule = cap_rule(kTableStrideCap, table_stride); !rule.empty()) return invalid(arg("gate"), rule);
+  if (auto err = require_row_rules(make_spec(Op::GateResidualBackward, *dtype, IndexType::I64, hidden, table_stride, 1),
+                                   arg("y"), arg("gate")))
+    return err;
 
   auto index_type = index_dtype(arg("index"), a.index);
   if (!index_type) return index_type.takeError();
@@ -93,8 +95,8 @@ namespace {
 std::vector<std::string_view> gate_residual_backward_templates(const KernelSpec&) {
   return {"fixed_order_sum.cuh", "segment_tiles.cuh", "gate_residual_backward.cuh"};
 }
-std::string gate_residual_backward_rule(const KernelSpec& spec) {
-  if (spec.table_stride < spec.hidden) return "table stride must be >= hidden";
+RuleBreak gate_residual_backward_rule(const KernelSpec& spec) {
+  if (RuleBreak broken = table_stride_rule(spec)) return broken;
   return backward_vec_rule(spec);
 }
 std::vector<KernelSpec> gate_residual_backward_family(const KernelSpec& sizes) {

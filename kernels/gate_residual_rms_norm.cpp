@@ -71,8 +71,9 @@ llvm::Expected<LaunchPlan> plan_gate_residual_rms_norm(const GateResidualRmsNorm
   const int64_t table_stride = gated->spec.table_stride;
   for (const auto& [name, tensor] : {std::pair{"residual", &a.residual}, {"y", &a.y}, {"gate", &a.gate}})
     if (auto err = require_quads(arg(name), *tensor, dtype)) return err;
-  if (table_stride % 4 != 0)
-    return invalid(arg("gate"), fmt::format("row stride must be a multiple of 4 (got {})", table_stride));
+  const KernelSpec spec =
+      forward_spec(dtype, gated->spec.index, gated->spec.hidden, table_stride, a.weight != nullptr, modulated);
+  if (auto err = require_row_rules(spec, arg("h"), arg("gate"))) return err;
   if (modulated) {
     if (a.shift->shape[0] != a.gate.shape[0] || norm->spec.table_stride != table_stride)
       return invalid(arg("shift"), fmt::format("must have the gate's {} rows and row stride {} (got {} rows, stride {})",
@@ -96,7 +97,7 @@ llvm::Expected<LaunchPlan> plan_gate_residual_rms_norm(const GateResidualRmsNorm
   }
 
   LaunchPlan plan;
-  plan.spec = forward_spec(dtype, gated->spec.index, gated->spec.hidden, table_stride, a.weight != nullptr, modulated);
+  plan.spec = spec;
   plan.device_id = gated->device_id;
   plan.grid = norm->grid;
   plan.threads = norm->threads;
@@ -199,8 +200,8 @@ std::vector<std::string_view> forward_templates(const KernelSpec&) {
   return {"gate_residual_math.cuh", "quad_io.cuh", "row_sum.cuh", "rms_norm_output.cuh", "gate_residual_rms_norm.cuh"};
 }
 // The forward always gathers the gate: a table stride >= H.
-std::string forward_rule(const KernelSpec& spec) {
-  if (spec.table_stride < spec.hidden) return "the gate's table stride must be >= H";
+RuleBreak forward_rule(const KernelSpec& spec) {
+  if (RuleBreak broken = table_stride_rule(spec)) return broken;
   return rms_norm_rule(spec);
 }
 std::vector<KernelSpec> forward_family(const KernelSpec& sizes) {

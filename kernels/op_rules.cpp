@@ -8,28 +8,38 @@
 
 namespace exactjit {
 
-std::string row_op_rule(const KernelSpec& spec, int chunks) {
+RuleBreak row_op_rule(const KernelSpec& spec, int chunks) {
   if (spec.table_stride < chunks * spec.hidden)
-    return chunks == 1 ? "table stride must be >= hidden" : fmt::format("table stride must be >= {} x hidden", chunks);
-  const int wide = wide_vec(spec.dtype);
-  if (spec.vec != 1 && spec.vec != wide) return fmt::format("vec must be 1 or {}", wide);
-  if (spec.hidden % spec.vec != 0 || spec.table_stride % spec.vec != 0)
-    return "hidden and table stride must be multiples of vec";
-  return {};
+    return {RuleSubject::TableStride,
+            chunks == 1 ? fmt::format("row stride must be >= H = {} (got {})", spec.hidden, spec.table_stride)
+                        : fmt::format("row stride must be >= {}H = {} (got {})", chunks, chunks * spec.hidden,
+                                      spec.table_stride)};
+  return backward_vec_rule(spec);
 }
 
-std::string rms_norm_rule(const KernelSpec& spec) {
-  if (spec.hidden % 4 != 0) return "rms_norm needs hidden % 4 == 0 (PyTorch's vectorized path)";
-  if (spec.vec != 4) return "rms_norm kernels move 4-element vectors (vec=4)";
+RuleBreak rms_norm_rule(const KernelSpec& spec) {
+  if (spec.hidden % 4 != 0)
+    return {RuleSubject::Sizes, fmt::format("hidden size must be a multiple of 4 (PyTorch's vectorized RMSNorm path, "
+                                            "whose order exactjit reproduces; got {})", spec.hidden)};
   if (spec.table_stride != 0 && (spec.table_stride < spec.hidden || spec.table_stride % 4 != 0))
-    return "table stride must be 0 (plain) or a multiple of 4 that is >= hidden";
+    return {RuleSubject::TableStride, fmt::format("row stride must be a multiple of 4 and >= H = {} (got {})",
+                                                  spec.hidden, spec.table_stride)};
+  if (spec.vec != 4) return {RuleSubject::Spec, fmt::format("rms_norm kernels move 4-element vectors (vec=4, got {})", spec.vec)};
   return {};
 }
 
-std::string backward_vec_rule(const KernelSpec& spec) {
+RuleBreak backward_vec_rule(const KernelSpec& spec) {
   const int wide = wide_vec(spec.dtype);
   if ((spec.vec != 1 && spec.vec != wide) || spec.hidden % spec.vec != 0 || spec.table_stride % spec.vec != 0)
-    return fmt::format("vec must be 1 or {} and divide hidden and the table stride", wide);
+    return {RuleSubject::Spec, fmt::format("vec must be 1 or {} and divide H = {} and the row stride {} (got {})", wide,
+                                           spec.hidden, spec.table_stride, spec.vec)};
+  return {};
+}
+
+RuleBreak table_stride_rule(const KernelSpec& spec) {
+  if (spec.table_stride < spec.hidden)
+    return {RuleSubject::TableStride,
+            fmt::format("row stride must be >= H = {} (got {})", spec.hidden, spec.table_stride)};
   return {};
 }
 

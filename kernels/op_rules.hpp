@@ -3,6 +3,7 @@
 #pragma once
 
 #include "codegen/kernel_spec.hpp"
+#include "codegen/op_row.hpp"
 
 #include <string>
 #include <vector>
@@ -14,14 +15,17 @@ inline int wide_vec(DType dtype) { return static_cast<int>(16 / dtype_size(dtype
 
 /// gate_residual and adaln_row_gather: the table row holds `chunks` rows of H, vec is 1 or 16
 /// bytes and divides H and the stride.
-std::string row_op_rule(const KernelSpec& spec, int chunks);
-/// Every kernel of rms_norm: H % 4 == 0, 4-element vectors, a stride of 0 (plain) or >= H.
-std::string rms_norm_rule(const KernelSpec& spec);
+RuleBreak row_op_rule(const KernelSpec& spec, int chunks);
+/// Every kernel of rms_norm: H % 4 == 0, a stride of 0 (plain) or a multiple of 4 >= H,
+/// 4-element vectors.
+RuleBreak rms_norm_rule(const KernelSpec& spec);
 /// The segment-tile backward kernels (gate_residual, adaln_row_gather): vec is 1 or 16 bytes and
 /// divides H and the table stride.
-std::string backward_vec_rule(const KernelSpec& spec);
+RuleBreak backward_vec_rule(const KernelSpec& spec);
+/// A gathered table view: its row stride is >= H.
+RuleBreak table_stride_rule(const KernelSpec& spec);
 /// A rule that every spec of the op keeps.
-inline std::string no_rule(const KernelSpec&) { return {}; }
+inline RuleBreak no_rule(const KernelSpec&) { return {}; }
 
 /// The forward row ops: both index types, the 16-byte and the scalar width where they differ.
 std::vector<KernelSpec> row_op_family(Op op, DType dtype, int64_t hidden, int64_t table_stride);

@@ -47,10 +47,10 @@ llvm::Expected<LaunchPlan> plan_rms_norm(const RmsNormArgs& a) {
 
   if (a.x.ndim < 1) return invalid(arg("x"), "must have a last dimension H");
   const int64_t hidden = a.x.shape[a.x.ndim - 1];
-  if (hidden < 4 || hidden % 4 != 0)
-    return invalid(arg("x"), fmt::format("hidden size must be a positive multiple of 4 (PyTorch's vectorized "
-                                         "RMSNorm path, whose order exactjit reproduces; got {})", hidden));
   if (std::string rule = cap_rule(kHiddenCap, hidden); !rule.empty()) return invalid(arg("x"), rule);
+  if (auto err = require_row_rules(rms_norm_spec(*dtype, IndexType::I64, hidden, 0, a.weight != nullptr), arg("x"),
+                                   arg("shift")))
+    return err;
   if (!is_contiguous(a.x)) return invalid(arg("x"), "must be contiguous");
   const size_t elem = dtype_size(*dtype);
   if (data_address(a.x) % (4 * elem) != 0)
@@ -96,9 +96,10 @@ llvm::Expected<LaunchPlan> plan_rms_norm(const RmsNormArgs& a) {
     const int64_t scale_stride = table_rows == 1 ? hidden : stride_of(*a.scale, 0);
     if (scale_stride != table_stride)
       return invalid(arg("scale"), fmt::format("must have shift's row stride {} (got {})", table_stride, scale_stride));
-    if (table_stride < hidden || table_stride % 4 != 0)
-      return invalid(arg("shift"), fmt::format("row stride must be a multiple of 4 and >= H = {} (got {})", hidden, table_stride));
     if (std::string rule = cap_rule(kTableStrideCap, table_stride); !rule.empty()) return invalid(arg("shift"), rule);
+    if (auto err = require_row_rules(rms_norm_spec(*dtype, index_type, hidden, table_stride, a.weight != nullptr),
+                                     arg("x"), arg("shift")))
+      return err;
     if (a.index->ndim != 1 || a.index->shape[0] < 1 || !is_contiguous(*a.index))
       return invalid(arg("index"), fmt::format("must be (S,) contiguous with S >= 1 (got {})", shape_string(*a.index)));
     seq = a.index->shape[0];

@@ -53,8 +53,8 @@ Regions regions(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, b
 }  // namespace
 
 int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, bool weighted) {
-  if (rows < 0 || seq < 1 || rows % seq != 0 || table_rows < 0 || hidden < 4 || hidden % 4 != 0 ||
-      !cap_rule(kHiddenCap, hidden).empty())
+  const KernelSpec sizes = make_spec(Op::RmsNormBackward, DType::F32, IndexType::I64, hidden, 0, 4);
+  if (rows < 0 || seq < 1 || rows % seq != 0 || table_rows < 0 || !size_caps_rule(sizes).empty() || rms_norm_rule(sizes))
     return -1;
   return regions(rows, seq, table_rows, hidden, weighted).end;
 }
@@ -76,9 +76,10 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
   if (!dtype) return dtype.takeError();
   if (a.x.ndim < 1) return invalid(arg("x"), "must have a last dimension H");
   const int64_t hidden = a.x.shape[a.x.ndim - 1];
-  if (hidden < 4 || hidden % 4 != 0)
-    return invalid(arg("x"), fmt::format("hidden size must be a positive multiple of 4 (got {})", hidden));
   if (std::string rule = cap_rule(kHiddenCap, hidden); !rule.empty()) return invalid(arg("x"), rule);
+  if (auto err = require_row_rules(make_spec(Op::RmsNormBackward, *dtype, IndexType::I64, hidden, 0, 4), arg("x"),
+                                   arg("scale")))
+    return err;
   const size_t elem = dtype_size(*dtype);
   if (!is_contiguous(a.x) || data_address(a.x) % (4 * elem) != 0)
     return invalid(arg("x"), fmt::format("must be contiguous and aligned to 4 elements ({} bytes)", 4 * elem));
@@ -110,9 +111,12 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
                                                shape_string(*a.scale)));
     table_rows = a.scale->shape[0];
     table_stride = table_rows == 1 ? hidden : stride_of(*a.scale, 0);
-    if (table_stride < hidden || table_stride % 4 != 0 || data_address(*a.scale) % (4 * elem) != 0)
-      return invalid(arg("scale"), "row stride must be a multiple of 4 and >= H, rows aligned to 4 elements");
     if (std::string rule = cap_rule(kTableStrideCap, table_stride); !rule.empty()) return invalid(arg("scale"), rule);
+    if (auto err = require_row_rules(make_spec(Op::RmsNormBackward, *dtype, IndexType::I64, hidden, table_stride, 4),
+                                     arg("x"), arg("scale")))
+      return err;
+    if (data_address(*a.scale) % (4 * elem) != 0)
+      return invalid(arg("scale"), fmt::format("must be aligned to 4 elements ({} bytes)", 4 * elem));
     auto itype = index_dtype(arg("index"), *a.index);
     if (!itype) return itype.takeError();
     index_type = *itype;

@@ -124,8 +124,10 @@ std::vector<std::string_view> count_templates(const KernelSpec&) { return {"segm
 std::vector<std::string_view> scan_templates(const KernelSpec&) { return {"segment_scan.cuh"}; }
 std::vector<std::string_view> scatter_templates(const KernelSpec&) { return {"segment_scatter.cuh"}; }
 std::vector<std::string_view> fold_templates(const KernelSpec&) { return {"fixed_order_sum.cuh", "segment_fold.cuh"}; }
-std::string count_rule(const KernelSpec& spec) {
-  return spec.key_tensors == 1 || spec.key_tensors == 2 ? "" : "segment_count combines 1 or 2 index tensors (keys=1 or 2)";
+RuleBreak count_rule(const KernelSpec& spec) {
+  if (spec.key_tensors == 1 || spec.key_tensors == 2) return {};
+  return {RuleSubject::Sizes,
+          fmt::format("segment_count combines 1 or 2 index tensors (keys=1 or 2, got {})", spec.key_tensors)};
 }
 // The plan kernels are not sized by the call (the backward kernels size their launches): a
 // family is its kernels in every index type the key may come in.

@@ -14,6 +14,12 @@ llvm::Error invalid(const ArgName& name, const std::string& rule) {
   return make_error(ErrorCode::InvalidArgument, fmt::format("{}: {} {}", name.op, name.arg, rule));
 }
 
+llvm::Error require_row_rules(const KernelSpec& spec, const ArgName& sizes, const ArgName& table) {
+  const RuleBreak broken = op_row(spec.op).rule(spec);
+  if (!broken) return llvm::Error::success();
+  return invalid(broken.subject == RuleSubject::TableStride ? table : sizes, broken.rule);
+}
+
 int64_t element_count(const DLTensor& t) {
   int64_t count = 1;
   for (int d = 0; d < t.ndim; ++d) count *= t.shape[d];

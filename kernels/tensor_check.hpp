@@ -4,6 +4,7 @@
 #pragma once
 
 #include "codegen/kernel_spec.hpp"
+#include "codegen/op_row.hpp"
 
 #include <dlpack/dlpack.h>
 #include <llvm/ADT/ArrayRef.h>
@@ -60,6 +61,11 @@ bool overlaps(const DLTensor& a, const DLTensor& b);
 /// arguments overlaps itself and is refused.
 llvm::Error require_disjoint_outputs(std::string_view op, llvm::ArrayRef<NamedTensor> tensors,
                                      llvm::ArrayRef<std::string_view> written);
+
+/// The rules of the spec's op (its row's, written once there) for a spec a planner built from the
+/// tensors, reported against the tensor that carries the size a rule is about: `sizes` (H, K, C)
+/// or `table` (the row stride).
+llvm::Error require_row_rules(const KernelSpec& spec, const ArgName& sizes, const ArgName& table);
 
 /// 16 / element size when H, the table stride and every non-null tensor's address allow 16-byte
 /// packs, else 1 (the scalar specialisation).

@@ -33,10 +33,10 @@ llvm::Expected<LaunchPlan> plan_timestep_sinusoid(const TimestepSinusoidArgs& a)
   if (a.t.ndim != 1) return invalid(arg("t"), fmt::format("must be 1-D (T,) (got {})", shape_string(a.t)));
   if (!is_contiguous(a.t)) return invalid(arg("t"), "must be contiguous");
   const int64_t timesteps = a.t.shape[0];
-  if (a.out.ndim != 2 || a.out.shape[0] != timesteps || a.out.shape[1] < 2)
-    return invalid(arg("out"), fmt::format("must be ({}, C) with C >= 2 channels (got {})", timesteps,
-                                           shape_string(a.out)));
+  if (a.out.ndim != 2 || a.out.shape[0] != timesteps)
+    return invalid(arg("out"), fmt::format("must be ({}, C) (got {})", timesteps, shape_string(a.out)));
   if (std::string rule = cap_rule(kChannelsCap, a.out.shape[1]); !rule.empty()) return invalid(arg("out"), rule);
+  if (auto err = require_row_rules(timestep_sinusoid_spec(a.out.shape[1]), arg("out"), arg("out"))) return err;
   if (!is_contiguous(a.out)) return invalid(arg("out"), "must be contiguous");
   if (overlaps(a.out, a.t)) return invalid(arg("out"), "must not overlap t");
   const SinusoidParams& p = a.params;
@@ -87,9 +87,12 @@ llvm::Expected<LaunchPlan> plan_timestep_sinusoid_backward(const TimestepSinusoi
       return invalid(barg(t.name), "must be float32 and contiguous");
   if (a.t.ndim != 1) return invalid(barg("t"), fmt::format("must be 1-D (T,) (got {})", shape_string(a.t)));
   const int64_t timesteps = a.t.shape[0];
-  if (a.grad.ndim != 2 || a.grad.shape[0] != timesteps || a.grad.shape[1] < 2)
-    return invalid(barg("grad"), fmt::format("must be ({}, C) with C >= 2 (got {})", timesteps, shape_string(a.grad)));
+  if (a.grad.ndim != 2 || a.grad.shape[0] != timesteps)
+    return invalid(barg("grad"), fmt::format("must be ({}, C) (got {})", timesteps, shape_string(a.grad)));
   if (std::string rule = cap_rule(kChannelsCap, a.grad.shape[1]); !rule.empty()) return invalid(barg("grad"), rule);
+  if (auto err = require_row_rules(timestep_sinusoid_spec(a.grad.shape[1], Op::TimestepSinusoidBackward), barg("grad"),
+                                   barg("grad")))
+    return err;
   if (a.d_t.ndim != 1 || a.d_t.shape[0] != timesteps)
     return invalid(barg("d_t"), fmt::format("must be ({},) (got {})", timesteps, shape_string(a.d_t)));
   if (overlaps(a.d_t, a.t) || overlaps(a.d_t, a.grad)) return invalid(barg("d_t"), "must not overlap t or grad");
@@ -114,7 +117,10 @@ std::vector<std::string_view> sinusoid_templates(const KernelSpec&) { return {"t
 std::vector<std::string_view> sinusoid_backward_templates(const KernelSpec&) {
   return {"row_sum.cuh", "timestep_sinusoid_backward.cuh"};
 }
-std::string channels_rule(const KernelSpec& spec) { return spec.channels < 2 ? "channels must be >= 2" : ""; }
+RuleBreak channels_rule(const KernelSpec& spec) {
+  if (spec.channels < 2) return {RuleSubject::Sizes, fmt::format("channels C must be >= 2 (got {})", spec.channels)};
+  return {};
+}
 // fp32 only, whatever the dtype asked for.
 std::vector<KernelSpec> sinusoid_family(const KernelSpec& sizes) { return {timestep_sinusoid_spec(sizes.channels)}; }
 std::vector<KernelSpec> sinusoid_backward_family(const KernelSpec& sizes) {

@@ -68,7 +68,7 @@ TEST(Cli, HelpAndUsageErrors) {
   EXPECT_NE(bad_op.err.find("unknown op 'softmax'"), std::string::npos);
   const auto bad_stride = cli.run({"prewarm", "--op", "gate_residual", "--hidden", "64", "--table-stride", "32"});
   EXPECT_EQ(bad_stride.exit_code, 2);
-  EXPECT_NE(bad_stride.err.find("table stride must be >= hidden"), std::string::npos) << bad_stride.err;
+  EXPECT_NE(bad_stride.err.find("row stride must be >= H = 64 (got 32)"), std::string::npos) << bad_stride.err;
   EXPECT_EQ(cli.run({"prewarm", "--arch", "banana"}).exit_code, 2);
   EXPECT_EQ(cli.run({"inspect", "--emit", "assembly"}).exit_code, 2);
   EXPECT_EQ(cli.run({"cache", "shred"}).exit_code, 2);

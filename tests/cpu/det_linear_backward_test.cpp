@@ -442,7 +442,9 @@ TEST(DetLinearBf16BackwardPtx, IsTheWrittenChainsAndCompensatedSumsOfItsRowSlots
     EXPECT_TRUE(explained) << spec.describe() << ": " << fma << " fma";
     EXPECT_EQ(count(ptx, "sub\\.rn\\.f32"), w.sub) << spec.describe();
     EXPECT_EQ(count(ptx, "cp\\.async\\.ca\\.shared\\.global"), w.async_copies) << spec.describe();
-    if (spec.op == Op::DetLinearInputGrad) EXPECT_EQ(count(ptx, "st\\.global\\.v4\\.f32"), w.stores_v4) << spec.describe();
+    if (spec.op == Op::DetLinearInputGrad) {
+      EXPECT_EQ(count(ptx, "st\\.global\\.v4\\.f32"), w.stores_v4) << spec.describe();
+    }
     if (spec.op == Op::DetLinearWeightGrad) {
       EXPECT_GE(count(ptx, "st\\.global\\.v4\\.(u32|b32)"), w.stores_v4) << spec.describe();  // loop copies
     }

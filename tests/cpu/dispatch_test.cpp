@@ -211,6 +211,28 @@ TEST_F(DispatchTest, ADeviceTheDriverDoesNotHaveIsRefused) {
   EXPECT_EQ(status.message(), "CUDA device 1 does not exist (1 device(s) visible)");
 }
 
+// A device older than a kernel needs is told the rule on the first call, before anything compiles:
+// the sm_75 floor of every kernel, bf16 det_linear's sm_80 (tensor-core bf16 mma).
+TEST_F(DispatchTest, ADeviceOlderThanTheKernelNeedsIsTheRuleNotACompileError) {
+  RuntimeOptions volta = options();
+  volta.arch = "sm_70";
+  Runtime old(volta);
+  Status status = call.run(old);
+  EXPECT_EQ(status.code(), XJ_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(status.message().find("targets older than sm_75 are not supported"), std::string::npos) << status.message();
+
+  using test::kF32;
+  FakeTensor x{1 * GiB, {3, 256}, kF32}, w{2 * GiB, {512, 256}, kBF16}, out{4 * GiB, {3, 512}, kBF16};
+  RuntimeOptions turing = options();
+  turing.arch = "sm_75";
+  Runtime runtime(turing);
+  status = runtime.det_linear(x.t, w.t, nullptr, out.t, nullptr, false, nullptr);
+  EXPECT_EQ(status.code(), XJ_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(status.message().find("needs sm_80 or newer (bf16 tensor-core mma; the target is sm_75)"), std::string::npos)
+      << status.message();
+  EXPECT_TRUE(call.run(runtime).ok()) << "gate_residual runs on sm_75";
+}
+
 // EXACTJIT_RECORD_MANIFEST: threads, each with its own Runtime, launch two kernels (int64 and
 // int32 indices) at once and record into one file: each spec once, a spec list prewarm reads back.
 TEST_F(DispatchTest, RuntimesInSeveralThreadsRecordEachUsedSpecOnce) {

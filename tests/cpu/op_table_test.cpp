@@ -86,7 +86,7 @@ TEST(OpTable, CatalogIsTheRowsCatalogs) {
     for (const OpRow* row : op_table())
       for (const KernelSpec& spec : row->catalog(dtype)) {
         EXPECT_EQ(spec.op, row->op) << row->name;
-        EXPECT_EQ(row->rule(spec), "") << spec.describe();
+        EXPECT_EQ(row->rule(spec).rule, "") << spec.describe();
         ++total;
       }
   EXPECT_EQ(default_catalog(Target{90, false}).size(), total);
@@ -110,7 +110,7 @@ TEST(OpTable, FamiliesKeepTheirRowsRulesAndRender) {
       count += specs.size();
       for (const KernelSpec& spec : specs) {
         EXPECT_EQ(spec.op, row->op);
-        EXPECT_EQ(row->rule(spec), "") << spec.describe();
+        EXPECT_EQ(row->rule(spec).rule, "") << spec.describe();
         EXPECT_FALSE(static_cast<bool>(validate_spec(spec))) << spec.describe();
         const KernelSource source = codegen::render(spec);
         EXPECT_NE(source.text.find("constexpr unsigned kOpCode = " + std::to_string(row->code) + ";"),
@@ -129,7 +129,8 @@ TEST(OpTable, FamiliesKeepTheirRowsRulesAndRender) {
 TEST(OpTable, ValidateSpecReportsTheRowsRule) {
   KernelSpec spec = spec_family(Op::RmsNormWeightGrad, rows_sizes(DType::BF16, 64, 0), Target{90, false}).front();
   spec.vec = 1;
-  EXPECT_EQ(op_row(spec.op).rule(spec), "rms_norm kernels move 4-element vectors (vec=4)");
+  EXPECT_EQ(op_row(spec.op).rule(spec).rule, "rms_norm kernels move 4-element vectors (vec=4, got 1)");
+  EXPECT_EQ(op_row(spec.op).rule(spec).subject, RuleSubject::Spec);
   llvm::Error error = validate_spec(spec);
   ASSERT_TRUE(static_cast<bool>(error));
   EXPECT_NE(llvm::toString(std::move(error)).find(spec.describe() + ": rms_norm kernels move"), std::string::npos);

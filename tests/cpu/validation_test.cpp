@@ -267,7 +267,7 @@ TEST(RmsNormValidation, RefusesEachBrokenRuleByName) {
     void (*mutate)(NormCall&);
   };
   const Case cases[] = {
-      {"x hidden size must be a positive multiple of 4", [](NormCall& c) { c.x.shape[2] = 5374; c.out.shape[2] = 5374; }},
+      {"x hidden size must be a multiple of 4", [](NormCall& c) { c.x.shape[2] = 5374; c.out.shape[2] = 5374; }},
       {"x must be aligned to 4 elements", [](NormCall& c) { c.x.t.byte_offset = 2; }},
       {"scale must have shift's row stride", [](NormCall& c) { c.scale.strides[0] = 2 * H; }},
       {"index length S = 5 must divide", [](NormCall& c) { c.index.shape[0] = 5; }},
@@ -288,6 +288,28 @@ TEST(RmsNormValidation, RefusesEachBrokenRuleByName) {
     EXPECT_NE(report.message.find(std::string("rms_norm: ") + c.expect), std::string::npos)
         << "expected '" << c.expect << "' in: " << report.message;
   }
+}
+
+// An op's rules are written once, in its row: the planner reports the rule validate_spec (and so
+// the CLI and prewarm manifests) reports, against the tensor that carries the size.
+TEST(RmsNormValidation, PlannerReportsTheRowsRule) {
+  NormCall call;
+  call.x.shape[2] = call.out.shape[2] = call.shift.shape[1] = call.scale.shape[1] = 5374;
+  auto plan = call.plan();
+  ASSERT_FALSE(static_cast<bool>(plan));
+  const std::string planned = take_error(plan.takeError()).message;
+  const RuleBreak broken = op_row(Op::RmsNorm).rule(rms_norm_spec(DType::BF16, IndexType::I64, 5374, 0, false));
+  EXPECT_EQ(broken.subject, RuleSubject::Sizes);
+  EXPECT_EQ(planned, "rms_norm: x " + broken.rule);
+  EXPECT_NE(broken.rule.find("got 5374"), std::string::npos) << broken.rule;
+
+  NormCall strided;  // the table view's stride: reported against shift
+  strided.shift.strides[0] = strided.scale.strides[0] = H + 2;
+  plan = strided.plan();
+  ASSERT_FALSE(static_cast<bool>(plan));
+  const RuleBreak stride_break = op_row(Op::RmsNorm).rule(rms_norm_spec(DType::BF16, IndexType::I64, H, H + 2, false));
+  EXPECT_EQ(stride_break.subject, RuleSubject::TableStride);
+  EXPECT_EQ(take_error(plan.takeError()).message, "rms_norm: shift " + stride_break.rule);
 }
 
 TEST(TimestepSinusoidValidation, ScalarsAreRoundedAsPyTorchRoundsThem) {
@@ -317,7 +339,8 @@ TEST(TimestepSinusoidValidation, RefusesEachBrokenRuleByName) {
   EXPECT_NE(message({1 * GiB, {3}, kBF16}, {2 * GiB, {3, 256}, kF32}).find("timestep_sinusoid: t must be float32"),
             std::string::npos);
   EXPECT_NE(message({1 * GiB, {3, 1}, kF32}, {2 * GiB, {3, 256}, kF32}).find("t must be 1-D"), std::string::npos);
-  EXPECT_NE(message({1 * GiB, {3}, kF32}, {2 * GiB, {4, 256}, kF32}).find("out must be (3, C) with C >= 2"),
+  EXPECT_NE(message({1 * GiB, {3}, kF32}, {2 * GiB, {4, 256}, kF32}).find("out must be (3, C)"), std::string::npos);
+  EXPECT_NE(message({1 * GiB, {3}, kF32}, {2 * GiB, {3, 1}, kF32}).find("out channels C must be >= 2 (got 1)"),
             std::string::npos);
   SinusoidParams bad;
   bad.max_period = 0;

@@ -69,7 +69,9 @@ std::optional<KernelSpec> parse_codegen5_spec(llvm::StringRef line) {
   llvm::StringMap<llvm::StringRef> value;
   for (llvm::StringRef field : fields) value.insert(field.split('='));
   const std::string size = value.lookup("hidden").str();
-  const bool keyed = *op == Op::SegmentCount;
+  // Keyed: a plan kernel whose family counts key tensors (segment_count), as its row says.
+  const std::vector<KernelSpec> family = op_row(*op).family_specs(KernelSpec{});
+  const bool keyed = !family.empty() && family.front().key_tensors != 0;
   const std::string today =
       shape == SpecShape::Channels
           ? fmt::format("{} dtype={} channels={} target={}", name.str(), value.lookup("dtype").str(), size,

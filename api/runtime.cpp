@@ -8,16 +8,6 @@
 
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
-#include "kernels/adaln_row_gather.hpp"
-#include "kernels/adaln_row_gather_backward.hpp"
-#include "kernels/det_linear.hpp"
-#include "kernels/det_linear_backward.hpp"
-#include "kernels/gate_residual.hpp"
-#include "kernels/gate_residual_backward.hpp"
-#include "kernels/gate_residual_rms_norm.hpp"
-#include "kernels/rms_norm.hpp"
-#include "kernels/rms_norm_backward.hpp"
-#include "kernels/timestep_sinusoid.hpp"
 #include "runtime/device_errors.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/environment.hpp"
@@ -231,131 +221,17 @@ llvm::Error Runtime::Impl::launch(llvm::ArrayRef<LaunchPlan> steps, void* stream
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
 Runtime::~Runtime() = default;
 
-Status Runtime::gate_residual(const DLTensor& residual, const DLTensor& gate, const DLTensor& index,
-                              const DLTensor& y, const DLTensor& out, void* stream) {
-  auto plan = plan_gate_residual({residual, gate, index, y, out});
+Status Runtime::launch(llvm::Expected<LaunchPlan>&& plan, void* stream) {
   if (!plan) return to_status(plan.takeError());
   return to_status(impl_->launch(*plan, stream));
 }
 
-Status Runtime::adaln_row_gather(const DLTensor& rows, const DLTensor& timestep_indices, const DLTensor& token_tags,
-                                 const DLTensor& out, void* stream) {
-  auto plan = plan_adaln_row_gather({rows, timestep_indices, token_tags, out});
-  if (!plan) return to_status(plan.takeError());
-  return to_status(impl_->launch(*plan, stream));
-}
-
-Status Runtime::rms_norm(const DLTensor& x, const DLTensor* weight, const DLTensor* shift, const DLTensor* scale,
-                         const DLTensor* index, const DLTensor& out, const DLTensor* rstd, double eps, void* stream) {
-  auto plan = plan_rms_norm({x, weight, shift, scale, index, out, rstd, eps});
-  if (!plan) return to_status(plan.takeError());
-  return to_status(impl_->launch(*plan, stream));
-}
-
-Status Runtime::gate_residual_rms_norm(const DLTensor& residual, const DLTensor& gate, const DLTensor& index,
-                                       const DLTensor& y, const DLTensor* weight, const DLTensor* shift,
-                                       const DLTensor* scale, const DLTensor& h, const DLTensor& out,
-                                       const DLTensor* rstd, double eps, void* stream) {
-  auto plan = plan_gate_residual_rms_norm({residual, gate, index, y, weight, shift, scale, h, out, rstd, eps});
-  if (!plan) return to_status(plan.takeError());
-  return to_status(impl_->launch(*plan, stream));
-}
-
-Status Runtime::timestep_sinusoid(const DLTensor& t, const DLTensor& out, double max_period, bool flip_sin_to_cos,
-                                  double downscale_freq_shift, double scale, bool check_range, void* stream) {
-  auto plan =
-      plan_timestep_sinusoid({t, out, SinusoidParams{max_period, flip_sin_to_cos, downscale_freq_shift, scale, check_range}});
-  if (!plan) return to_status(plan.takeError());
-  return to_status(impl_->launch(*plan, stream));
-}
-
-Status Runtime::det_linear(const DLTensor& x, const DLTensor& weight, const DLTensor* bias, const DLTensor& out,
-                           const DLTensor* pre_activation, bool silu, void* stream) {
-  auto plan = plan_det_linear({x, weight, bias, out, pre_activation, silu}, impl_->traits(x.device));
-  if (!plan) return to_status(plan.takeError());
-  return to_status(impl_->launch(*plan, stream));
-}
-
-Status Runtime::det_linear_backward(const DLTensor& grad, const DLTensor* pre_activation, const DLTensor& x,
-                                    const DLTensor& weight, const DLTensor* d_input, const DLTensor* d_weight,
-                                    const DLTensor* d_bias, const DLTensor* workspace, bool silu, void* stream) {
-  auto sequence = plan_det_linear_backward({grad, pre_activation, x, weight, d_input, d_weight, d_bias, workspace, silu});
+Status Runtime::launch(llvm::Expected<LaunchSequence>&& sequence, void* stream) {
   if (!sequence) return to_status(sequence.takeError());
   return to_status(impl_->launch(*sequence, stream));
 }
 
-long long det_linear_backward_workspace_bytes(long long rows, long long in_features, long long out_features) {
-  return det_linear_backward_workspace(rows, in_features, out_features);
-}
-
-Status Runtime::gate_residual_backward(const DLTensor& grad, const DLTensor& gate, const DLTensor& index,
-                                       const DLTensor& y, const DLTensor* d_y, const DLTensor* d_gate,
-                                       const DLTensor* workspace, void* stream) {
-  auto sequence = plan_gate_residual_backward({grad, gate, index, y, d_y, d_gate, workspace});
-  if (!sequence) return to_status(sequence.takeError());
-  return to_status(impl_->launch(*sequence, stream));
-}
-
-Status Runtime::rms_norm_backward(const DLTensor& grad, const DLTensor& x, const DLTensor* weight,
-                                  const DLTensor* scale, const DLTensor* index, const DLTensor& rstd, double eps,
-                                  const DLTensor* dx,
-                                  const DLTensor* dweight, const DLTensor* dshift, const DLTensor* dscale,
-                                  const DLTensor* workspace, void* stream) {
-  auto sequence =
-      plan_rms_norm_backward({grad, x, weight, scale, index, rstd, eps, dx, dweight, dshift, dscale, workspace});
-  if (!sequence) return to_status(sequence.takeError());
-  return to_status(impl_->launch(*sequence, stream));
-}
-
-Status Runtime::gate_residual_rms_norm_backward(const DLTensor& grad_out, const DLTensor* grad_h, const DLTensor& h,
-                                                const DLTensor& y, const DLTensor& gate, const DLTensor& index,
-                                                const DLTensor* weight, const DLTensor* scale, const DLTensor& rstd,
-                                                double eps, const DLTensor& d_residual, const DLTensor* d_y,
-                                                const DLTensor* d_gate, const DLTensor* d_weight,
-                                                const DLTensor* d_shift, const DLTensor* d_scale,
-                                                const DLTensor* workspace, void* stream) {
-  auto sequence = plan_gate_residual_rms_norm_backward({grad_out, grad_h, h, y, gate, index, weight, scale, rstd, eps,
-                                                        d_residual, d_y, d_gate, d_weight, d_shift, d_scale,
-                                                        workspace});
-  if (!sequence) return to_status(sequence.takeError());
-  return to_status(impl_->launch(*sequence, stream));
-}
-
-Status Runtime::adaln_row_gather_backward(const DLTensor& grad, const DLTensor& timestep_indices,
-                                          const DLTensor& token_tags, const DLTensor& d_rows,
-                                          const DLTensor* workspace, void* stream) {
-  auto sequence = plan_adaln_row_gather_backward({grad, timestep_indices, token_tags, d_rows, workspace});
-  if (!sequence) return to_status(sequence.takeError());
-  return to_status(impl_->launch(*sequence, stream));
-}
-
-Status Runtime::timestep_sinusoid_backward(const DLTensor& t, const DLTensor& grad, const DLTensor& d_t,
-                                           double max_period, bool flip_sin_to_cos, double downscale_freq_shift,
-                                           double scale, void* stream) {
-  auto plan = plan_timestep_sinusoid_backward(
-      {t, grad, d_t, SinusoidParams{max_period, flip_sin_to_cos, downscale_freq_shift, scale, false}});
-  if (!plan) return to_status(plan.takeError());
-  return to_status(impl_->launch(*plan, stream));
-}
-
-long long gate_residual_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
-                                                 long long hidden) {
-  return gate_residual_backward_workspace(rows, seq, table_rows, hidden);
-}
-
-long long rms_norm_backward_workspace_bytes(long long rows, long long seq, long long table_rows, long long hidden,
-                                            bool weighted) {
-  return rms_norm_backward_workspace(rows, seq, table_rows, hidden, weighted);
-}
-
-long long gate_residual_rms_norm_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
-                                                          long long hidden, bool weighted, bool modulated) {
-  return gate_residual_rms_norm_backward_workspace(rows, seq, table_rows, hidden, weighted, modulated);
-}
-
-long long adaln_row_gather_backward_workspace_bytes(long long seq, long long table_rows, long long hidden) {
-  return adaln_row_gather_backward_workspace(seq, table_rows, hidden);
-}
+DeviceTraits Runtime::traits(const DLDevice& device) { return impl_->traits(device); }
 
 Status Runtime::synchronize(int device_id, void* stream) {
   auto state = impl_->device(device_id);

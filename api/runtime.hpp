@@ -12,7 +12,10 @@
 // A Runtime is thread-safe.
 #pragma once
 
+#include "kernels/launch_plan.hpp"
+
 #include <dlpack/dlpack.h>
+#include <llvm/Support/Error.h>
 
 #include <memory>
 #include <string>
@@ -62,94 +65,16 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  /// out = residual + gate[index[r mod S]] * y with eager's roundings (NUMERICS.md).
-  /// residual, y, out: (M, H) or (B, S, H) contiguous, one dtype (bf16, fp16, fp32); gate: (R, H)
-  /// with unit column stride and row stride >= H; index: (S,) int32 or int64 with M % S == 0.
-  /// `stream` is a CUstream of the tensors' device (nullptr: the legacy default stream).
-  Status gate_residual(const DLTensor& residual, const DLTensor& gate, const DLTensor& index,
-                       const DLTensor& y, const DLTensor& out, void* stream);
+  /// Launches what an op's planner made of its arguments (kernels/<op>.hpp: plan_<op>) on
+  /// `stream`, a CUstream of the tensors' device (nullptr: the legacy default stream), or returns
+  /// the planner's error. Every op call takes this path; each op's C entry point (xj_<op>,
+  /// exactjit.h, where each contract is documented) is defined in its op's file over it.
+  Status launch(llvm::Expected<LaunchPlan>&& plan, void* stream);
+  Status launch(llvm::Expected<LaunchSequence>&& sequence, void* stream);
 
-  /// out[c, s, :] = rows[timestep_indices[s] * 3 + token_tags[s], cH : (c+1)H] for c = 0..5: the
-  /// six AdaLN chunks of every position, bitwise equal to six index_selects. rows: (3T, 6H) with
-  /// unit column stride and row stride >= 6H; both index tensors (S,) of one type (int32/int64);
-  /// out: (6, S, H) contiguous in rows' dtype.
-  Status adaln_row_gather(const DLTensor& rows, const DLTensor& timestep_indices, const DLTensor& token_tags,
-                          const DLTensor& out, void* stream);
-
-  /// PyTorch's fused RMSNorm, bitwise, row by row: out = rT(w * (rstd * x)) (no w: rT(rstd * x)),
-  /// rstd = rsqrt(mean(x^2) + eps) in PyTorch's reduction order. With shift, scale (R, H) table
-  /// views of one row stride and index (S,), the AdaLN modulation follows in the same kernel:
-  /// out = rT(rT(n * rT(1 + scale[i])) + shift[i]), i = index[r mod S]. x: (..., H) contiguous,
-  /// H % 4 == 0, aligned to 4 elements; weight (H,) or null; rstd: (M,) fp32 or null.
-  Status rms_norm(const DLTensor& x, const DLTensor* weight, const DLTensor* shift, const DLTensor* scale,
-                  const DLTensor* index, const DLTensor& out, const DLTensor* rstd, double eps, void* stream);
-
-  /// The gated residual feeding the next RMSNorm, in one kernel that reads residual and y once:
-  /// h = gate_residual(residual, gate, index, y) and out = rms_norm(h, weight, shift, scale, index),
-  /// each bitwise equal to its eager expression. The rules are both ops' (h is gate_residual's out
-  /// and rms_norm's x), plus: residual, y and gate aligned to 4 elements, the gate's row stride a
-  /// multiple of 4, shift and scale (or neither) with the gate's rows and row stride.
-  Status gate_residual_rms_norm(const DLTensor& residual, const DLTensor& gate, const DLTensor& index,
-                                const DLTensor& y, const DLTensor* weight, const DLTensor* shift,
-                                const DLTensor* scale, const DLTensor& h, const DLTensor& out, const DLTensor* rstd,
-                                double eps, void* stream);
-
-  /// diffusers get_timestep_embedding, bitwise: t (T,) float32 -> out (T, C) float32 contiguous.
-  /// With check_range, a t that is not finite or outside [0, 1] is reported like a bad index.
-  Status timestep_sinusoid(const DLTensor& t, const DLTensor& out, double max_period, bool flip_sin_to_cos,
-                           double downscale_freq_shift, double scale, bool check_range, void* stream);
-
-  /// out = act(x @ weight^T + bias) in a fixed, batch-invariant order (docs/det_linear.md). x (T, K)
-  /// float32; weight (N, K) float32 (fp32 fma chains; silu: SiLU on the output; out float32) or
-  /// bfloat16 (tensor-core mma; silu: SiLU on x before its bf16 cast; out bfloat16, sm_80+);
-  /// bias (N,) in the weight's dtype or null; pre_activation (T, N) float32 or null.
-  Status det_linear(const DLTensor& x, const DLTensor& weight, const DLTensor* bias, const DLTensor& out,
-                    const DLTensor* pre_activation, bool silu, void* stream);
-
-  /// det_linear backward, T <= 8: d_input (T, K) float32, d_weight (N, K), d_bias (N,), each
-  /// optional; workspace as det_linear_backward_workspace_bytes says (needed for d_input). fp32
-  /// weights: grad float32, all outputs float32, pre_activation the forward's (required with silu).
-  /// bf16 weights (the AdaLN projection): x is temb (float32, before SiLU and the cast), grad
-  /// bfloat16 or float32 (consumed as is), pre_activation null, d_weight and d_bias bfloat16; silu
-  /// as in the forward (d_input goes through SiLU's derivative at temb).
-  Status det_linear_backward(const DLTensor& grad, const DLTensor* pre_activation, const DLTensor& x,
-                             const DLTensor& weight, const DLTensor* d_input, const DLTensor* d_weight,
-                             const DLTensor* d_bias, const DLTensor* workspace, bool silu, void* stream);
-
-  // Backward passes (docs/backward.md): deterministic, no host synchronisation, capturable in
-  // CUDA graphs. `workspace` is a contiguous uint8 CUDA tensor of at least the bytes the matching
-  // *_backward_workspace_bytes function returns; outputs may be null (not computed).
-
-  /// d_y = rT(grad * gate[i]) like y (bitwise equal to eager's VJP); d_gate (R, H) contiguous in
-  /// the gate's dtype = segment sums of grad * y. (d_residual is grad itself.)
-  Status gate_residual_backward(const DLTensor& grad, const DLTensor& gate, const DLTensor& index, const DLTensor& y,
-                                const DLTensor* d_y, const DLTensor* d_gate, const DLTensor* workspace, void* stream);
-
-  /// dx like x; dweight (H,); dshift, dscale (R, H) contiguous; from the forward's x, weight,
-  /// scale and index (both or neither), rstd and eps (fp32 dx recomputes rstd in fp64 with eps).
-  Status rms_norm_backward(const DLTensor& grad, const DLTensor& x, const DLTensor* weight, const DLTensor* scale,
-                           const DLTensor* index, const DLTensor& rstd, double eps, const DLTensor* dx,
-                           const DLTensor* dweight,
-                           const DLTensor* dshift, const DLTensor* dscale, const DLTensor* workspace, void* stream);
-
-  /// gate_residual_rms_norm's backward: d_residual = rT(grad_h + dh) (grad_h null: dh), the norm's
-  /// dh from grad_out as rms_norm_backward computes it; then d_y, d_gate from d_residual as
-  /// gate_residual_backward, d_weight, d_shift, d_scale from grad_out as rms_norm_backward.
-  Status gate_residual_rms_norm_backward(const DLTensor& grad_out, const DLTensor* grad_h, const DLTensor& h,
-                                         const DLTensor& y, const DLTensor& gate, const DLTensor& index,
-                                         const DLTensor* weight, const DLTensor* scale, const DLTensor& rstd,
-                                         double eps, const DLTensor& d_residual, const DLTensor* d_y,
-                                         const DLTensor* d_gate, const DLTensor* d_weight, const DLTensor* d_shift,
-                                         const DLTensor* d_scale, const DLTensor* workspace, void* stream);
-
-  /// grad (6, S, H) -> d_rows (3T, 6H) contiguous in grad's dtype or float32.
-  Status adaln_row_gather_backward(const DLTensor& grad, const DLTensor& timestep_indices,
-                                   const DLTensor& token_tags, const DLTensor& d_rows, const DLTensor* workspace,
-                                   void* stream);
-
-  /// d_t (T,) float32 from grad (T, C) float32 and the forward's t and parameters.
-  Status timestep_sinusoid_backward(const DLTensor& t, const DLTensor& grad, const DLTensor& d_t, double max_period,
-                                    bool flip_sin_to_cos, double downscale_freq_shift, double scale, void* stream);
+  /// The target and SM count of a tensor's device, for planners that choose kernels by them
+  /// (det_linear); zeros when the device cannot be opened (the launch then reports why).
+  DeviceTraits traits(const DLDevice& device);
 
   /// Gets the kernel whose canonical spec text (KernelSpec::describe) is `spec` into the caches
   /// without launching it, so no GPU is needed: from a layer, else compiled (an offline miss when
@@ -168,16 +93,5 @@ class Runtime {
  private:
   std::unique_ptr<Impl> impl_;
 };
-
-/// Workspace bytes of the backward passes (-1: the shapes are invalid). rows = M, seq = S,
-/// table_rows = R (rms_norm: 0 for the plain norm).
-long long gate_residual_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
-                                                 long long hidden);
-long long rms_norm_backward_workspace_bytes(long long rows, long long seq, long long table_rows, long long hidden,
-                                            bool weighted);
-long long adaln_row_gather_backward_workspace_bytes(long long seq, long long table_rows, long long hidden);
-long long gate_residual_rms_norm_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
-                                                          long long hidden, bool weighted, bool modulated);
-long long det_linear_backward_workspace_bytes(long long rows, long long in_features, long long out_features);
 
 }  // namespace exactjit

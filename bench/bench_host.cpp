@@ -196,7 +196,7 @@ DispatchSetup& dispatch_setup() {
     d->errors = std::move(*errors);
     d->error_record = d->errors->record(nullptr);
     // The first call of each API loads its kernel: made here, so no timed iteration compiles.
-    const Status first = d->runtime.gate_residual(d->residual, d->gate, d->index, d->y, d->out, nullptr);
+    const Status first = d->runtime.launch(plan_gate_residual({d->residual, d->gate, d->index, d->y, d->out}), nullptr);
     if (!first.ok()) fail(llvm::createStringError(llvm::inconvertibleErrorCode(), first.message()));
     if (xj_gate_residual(d->c_runtime, &d->residual, &d->gate, &d->index, &d->y, &d->out, nullptr) != XJ_OK)
       fail(llvm::createStringError(llvm::inconvertibleErrorCode(), xj_last_error()));
@@ -227,7 +227,7 @@ template <typename Launch> void dispatch_loop(benchmark::State& state, Launch la
 
 void BM_DispatchCxxApi(benchmark::State& state) {
   dispatch_loop(state, [](DispatchSetup& d) {
-    return d.runtime.gate_residual(d.residual, d.gate, d.index, d.y, d.out, nullptr).ok();
+    return d.runtime.launch(plan_gate_residual({d.residual, d.gate, d.index, d.y, d.out}), nullptr).ok();
   });
 }
 

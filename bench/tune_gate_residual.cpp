@@ -6,6 +6,7 @@
 //   tune_gate_residual [S=131072] [reps=30]
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
+#include "kernels/gate_residual.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/nvrtc.hpp"

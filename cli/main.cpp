@@ -26,7 +26,7 @@ std::string overview() {
       "Op families (OP: the names in brackets; sizes: the flags after them):\n";
   for (const exactjit::OpFamily& family : exactjit::op_families()) {
     std::string kernels;
-    for (exactjit::Op op : family.kernels) kernels += (kernels.empty() ? "" : " ") + std::string(op_name(op));
+    for (exactjit::OpCode op : family.kernels) kernels += (kernels.empty() ? "" : " ") + std::string(op_name(op));
     text += fmt::format("  {:<22} {}\n  {:<22} [{}] {}\n", family.name, family.summary, "", kernels, family.sizes);
   }
   text += "\nEnvironment (booleans: 1/0, true/false, yes/no, on/off; anything else is refused):\n";

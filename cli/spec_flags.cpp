@@ -91,7 +91,7 @@ llvm::Error require_shape_sizes(const FamilyRequest& request, const OpRow& row) 
 }
 
 llvm::Expected<std::vector<KernelSpec>> expand(const FamilyRequest& request, const Target& fallback) {
-  const std::optional<Op> op = parse_op(request.op);
+  const std::optional<OpCode> op = parse_op(request.op);
   if (!op)
     return usage(fmt::format("unknown op '{}' (known: {})", request.op, op_names()));
   Target target = fallback;
@@ -317,7 +317,7 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
   request.in_features = in_features_flag;
   request.out_features = out_features_flag;
   request.activation = activation_flag;
-  if (const std::optional<Op> op = parse_op(request.op); single && op) {  // one spec: the H3 defaults
+  if (const std::optional<OpCode> op = parse_op(request.op); single && op) {  // one spec: the H3 defaults
     const OpRow& row = op_row(*op);
     if (request.dtype.empty() && row.shape != SpecShape::Channels) request.dtype = "bf16";
     if (request.activation.empty() && row.shape == SpecShape::Linear && row.role == OpRole::Forward)

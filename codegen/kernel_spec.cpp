@@ -12,9 +12,9 @@ namespace exactjit {
 
 std::string Target::name() const { return fmt::format("{}_{}", ptx ? "compute" : "sm", sm); }
 
-std::string_view op_name(Op op) { return op_row(op).name; }
+std::string_view op_name(OpCode op) { return op_row(op).name; }
 
-std::string_view index_argument_name(Op op, unsigned argument) {
+std::string_view index_argument_name(OpCode op, unsigned argument) {
   return op_row(op).index_arguments[argument == 0 ? 0 : 1];
 }
 
@@ -33,7 +33,7 @@ std::string_view index_type_name(IndexType index) {
 
 size_t dtype_size(DType dtype) { return dtype == DType::F32 ? 4 : 2; }
 
-std::optional<Op> parse_op(std::string_view text) {
+std::optional<OpCode> parse_op(std::string_view text) {
   for (const OpRow* row : op_table())
     if (row->name == text) return row->op;
   return std::nullopt;
@@ -67,7 +67,7 @@ std::optional<Target> parse_target(std::string_view text) {
   return target;
 }
 
-KernelSpec make_spec(Op op, DType dtype, IndexType index, int64_t hidden, int64_t table_stride, int vec,
+KernelSpec make_spec(OpCode op, DType dtype, IndexType index, int64_t hidden, int64_t table_stride, int vec,
                      bool weighted) {
   KernelSpec spec;
   spec.op = op;
@@ -80,7 +80,7 @@ KernelSpec make_spec(Op op, DType dtype, IndexType index, int64_t hidden, int64_
   return spec;
 }
 
-KernelSpec make_plan_spec(Op op, DType dtype, IndexType index, int key_tensors) {
+KernelSpec make_plan_spec(OpCode op, DType dtype, IndexType index, int key_tensors) {
   KernelSpec spec = make_spec(op, dtype, index, 0, 0, 1);
   spec.key_tensors = key_tensors;
   return spec;
@@ -136,7 +136,7 @@ std::optional<KernelSpec> parse_spec(std::string_view text) {
     return ec == std::errc() && end == value.data() + value.size();
   };
   auto [name, rest] = split(text, ' ');
-  const std::optional<Op> op = parse_op(name);
+  const std::optional<OpCode> op = parse_op(name);
   if (!op) return std::nullopt;
   KernelSpec spec;
   spec.op = *op;

@@ -15,33 +15,12 @@
 
 namespace exactjit {
 
-/// An op's identity in code. Its name, its stable op code and everything else about it are in its
-/// row of the op table (codegen/op_row.hpp); the enum's order means nothing.
-enum class Op : uint8_t {
-  GateResidual,
-  AdalnRowGather,
-  RmsNorm,
-  TimestepSinusoid,
-  DetLinear,
-  GateResidualRmsNorm,  ///< gate_residual into h, then rms_norm of h, one kernel
-  // Backward passes (docs/backward.md).
-  GateResidualBackward,      ///< d_y and the d_gate tile partials, one segment tile per block
-  AdalnRowGatherBackward,    ///< d_rows tile partials, one (segment tile, chunk) per block
-  RmsNormBackward,           ///< dx, row-local
-  RmsNormTableGrad,          ///< dshift / dscale / modulated dweight tile partials (segment tiles)
-  RmsNormWeightGrad,         ///< plain dweight tile partials (tiles of consecutive rows)
-  TimestepSinusoidBackward,  ///< d_t
-  DetLinearInputGrad,        ///< d_input partials over output chunks (fp32: 64, folded by SegmentFold; bf16: 256,
-                             ///< the input pass that also writes d_weight and d_bias)
-  DetLinearWeightGrad,       ///< d_weight and d_bias as ascending-row chains
-  DetLinearInputFold,        ///< bf16 det_linear backward: folds the d_input partials, then SiLU's derivative
-  GateResidualRmsNormBackward,  ///< rms_norm's dx plus the residual stream's gradient, row-local
-  // The segment plan (kernels/segment_plan.hpp) and the fold of tile partials.
-  SegmentCount,    ///< key_tensors: the index tensors combined into the key (1 or 2)
-  SegmentScan,
-  SegmentScatter,
-  SegmentFold,     ///< dtype = the output's
-};
+/// An op's identity: its stable code. Error records and the kOpCode constant of every generated
+/// source carry it (so every cache key does): never reused or renumbered. Each op's header names
+/// its codes in namespace Op (callers write Op::<Name>), and its row in the op table
+/// (codegen/op_row.hpp) holds everything else about it.
+enum class OpCode : uint8_t {};
+inline constexpr unsigned op_code(OpCode op) { return static_cast<unsigned>(op); }
 enum class DType : uint8_t { F32 = 0, BF16 = 1, F16 = 2 };  // values match templates' StorageOf
 enum class IndexType : uint8_t { I32, I64 };
 
@@ -55,7 +34,7 @@ struct Target {
 };
 
 struct KernelSpec {
-  Op op = Op::GateResidual;
+  OpCode op{};  ///< 0: none yet (make_spec, parse_spec or a row's family give one)
   DType dtype = DType::BF16;
   IndexType index = IndexType::I64;
   // SpecShape::Rows: the row ops and their backward.
@@ -92,7 +71,7 @@ struct KernelSpec {
 };
 
 /// A spec of a row op (SpecShape::Rows); the runtime fills in the target per device.
-KernelSpec make_spec(Op op, DType dtype, IndexType index, int64_t hidden, int64_t table_stride, int vec,
+KernelSpec make_spec(OpCode op, DType dtype, IndexType index, int64_t hidden, int64_t table_stride, int vec,
                      bool weighted = false);
 /// A call's sizes: the dtype and the size fields of one SpecShape, which spec_family (and an op
 /// row's family_specs) expand into the kernels the call can select.
@@ -100,20 +79,20 @@ KernelSpec rows_sizes(DType dtype, int64_t hidden, int64_t table_stride);
 KernelSpec channels_sizes(int64_t channels);
 KernelSpec linear_sizes(DType dtype, int64_t in_features, int64_t out_features);
 /// A spec of a segment plan kernel (SpecShape::Plan): `key_tensors` is 0 for all but segment_count.
-KernelSpec make_plan_spec(Op op, DType dtype, IndexType index, int key_tensors = 0);
+KernelSpec make_plan_spec(OpCode op, DType dtype, IndexType index, int key_tensors = 0);
 
 struct KernelSpecHash {
   size_t operator()(const KernelSpec& s) const noexcept;
 };
 
-std::string_view op_name(Op op);
+std::string_view op_name(OpCode op);
 /// The name of an op's index argument as kernels report it (templates/error_record.cuh: the
 /// error record's op field carries the op code in its low 16 bits and the argument above).
-std::string_view index_argument_name(Op op, unsigned argument);
+std::string_view index_argument_name(OpCode op, unsigned argument);
 std::string_view dtype_name(DType dtype);
 std::string_view index_type_name(IndexType index);
 size_t dtype_size(DType dtype);
-std::optional<Op> parse_op(std::string_view text);
+std::optional<OpCode> parse_op(std::string_view text);
 std::optional<DType> parse_dtype(std::string_view text);
 std::optional<IndexType> parse_index_type(std::string_view text);
 /// The spec a describe() text stands for; nullopt for any other text (non-canonical included).

@@ -45,11 +45,8 @@ struct RuleBreak {
 enum class ErrorValue : uint8_t { Index, FloatBits };
 
 struct OpRow {
-  Op op;
+  OpCode op;  ///< its stable code: the error records' and the kOpCode constant's
   std::string_view name;
-  /// The error record's op code (templates/error_record.cuh) and the kOpCode constant: stable,
-  /// never reused, independent of the enum's order.
-  uint16_t code;
   OpRole role;
   std::string_view family;  ///< the op family `exactjit --help` lists it under
   SpecShape shape;
@@ -92,7 +89,7 @@ struct OpRow {
 /// Every op's row, in the order `exactjit --help` lists them.
 llvm::ArrayRef<const OpRow*> op_table();
 /// The row of an op (every Op has one).
-const OpRow& op_row(Op op);
+const OpRow& op_row(OpCode op);
 /// The row whose stable code is `code`, or null.
 const OpRow* op_row_by_code(unsigned code);
 

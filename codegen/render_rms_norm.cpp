@@ -22,7 +22,7 @@ std::string norm_constants(const KernelSpec& spec, bool modulated) {
       "constexpr int kRowsPerBlock = {rows_per_block};  // a 128-thread block\n"
       "constexpr int kParamBatch = {param_batch};  // weight/shift/scale quads loaded together\n"
       "constexpr int kTargetArch = {arch};\n",
-      fmt::arg("op_code", op_row(spec.op).code), fmt::arg("dtype", static_cast<int>(spec.dtype)),
+      fmt::arg("op_code", op_code(spec.op)), fmt::arg("dtype", static_cast<int>(spec.dtype)),
       fmt::arg("dtype_name", dtype_name(spec.dtype)), fmt::arg("index_bytes", spec.index == IndexType::I32 ? 4 : 8),
       fmt::arg("index_name", index_type_name(spec.index)), fmt::arg("hidden", spec.hidden),
       fmt::arg("modulated", modulated ? "true" : "false"), fmt::arg("table_stride", spec.table_stride),

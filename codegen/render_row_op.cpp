@@ -13,7 +13,7 @@ std::string render_spec_constants(const KernelSpec& spec) {
       "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
       "constexpr int kDType = {dtype};  // {dtype_name}\n"
       "constexpr int kIndexBytes = {index_bytes};  // {index_name}\n",
-      fmt::arg("op_code", op_row(spec.op).code), fmt::arg("dtype", static_cast<int>(spec.dtype)),
+      fmt::arg("op_code", op_code(spec.op)), fmt::arg("dtype", static_cast<int>(spec.dtype)),
       fmt::arg("dtype_name", dtype_name(spec.dtype)), fmt::arg("index_bytes", spec.index == IndexType::I32 ? 4 : 8),
       fmt::arg("index_name", index_type_name(spec.index)));
   if (op_row(spec.op).shape == SpecShape::Plan)

@@ -12,7 +12,7 @@ std::string render_sinusoid_constants(const KernelSpec& spec) {
       "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
       "constexpr int kChannels = {channels};\n"
       "constexpr int kTargetArch = {arch};\n",
-      fmt::arg("op_code", op_row(spec.op).code), fmt::arg("channels", spec.channels),
+      fmt::arg("op_code", op_code(spec.op)), fmt::arg("channels", spec.channels),
       fmt::arg("arch", spec.target.sm));
 }
 

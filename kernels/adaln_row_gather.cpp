@@ -1,6 +1,7 @@
 // exactjit op adaln_row_gather: validate, spec, geometry, parameters.
 #include "kernels/adaln_row_gather.hpp"
 
+#include "api/c_entry.hpp"
 #include "codegen/geometry.hpp"
 #include "codegen/render.hpp"
 #include "kernels/op_rules.hpp"
@@ -93,10 +94,21 @@ std::vector<KernelSpec> adaln_row_gather_family(const KernelSpec& sizes) {
 }  // namespace
 
 const OpRow kAdalnRowGatherRow = {
-    Op::AdalnRowGather, "adaln_row_gather", /*code=*/2, OpRole::Forward, "adaln_row_gather",
+    Op::AdalnRowGather, "adaln_row_gather", OpRole::Forward, "adaln_row_gather",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/6, /*threads=*/0, /*row_unroll=*/1,
     {"timestep_indices", "token_tags"}, ErrorValue::Index, /*value_rule=*/"",
     adaln_row_gather_templates, codegen::render_row_constants, adaln_row_gather_rule, adaln_row_gather_family, [](DType dtype) { return h3_strides(Op::AdalnRowGather, dtype, {6}); },
     "--hidden H --table-stride N", "the six AdaLN chunks of a (3T, 6H) table, gathered", /*default_stride_in_h=*/6};
 
 }  // namespace exactjit
+
+extern "C" exactjit_status_t xj_adaln_row_gather(xj_runtime* runtime, const DLTensor* rows,
+                                                 const DLTensor* timestep_indices, const DLTensor* token_tags,
+                                                 const DLTensor* out, void* stream) {
+  return exactjit::c_abi::call_op(
+      runtime, "adaln_row_gather",
+      {{"rows", rows}, {"timestep_indices", timestep_indices}, {"token_tags", token_tags}, {"out", out}},
+      [&](exactjit::Runtime& r) {
+        return r.launch(exactjit::plan_adaln_row_gather({*rows, *timestep_indices, *token_tags, *out}), stream);
+      });
+}

@@ -10,6 +10,11 @@
 
 namespace exactjit {
 
+/// Stable op codes (OpCode, codegen/kernel_spec.hpp).
+namespace Op {
+inline constexpr OpCode AdalnRowGather{2};
+}  // namespace Op
+
 struct AdalnRowGatherArgs {
   const DLTensor& rows;              ///< (3T, 6H) view, unit column stride, row stride >= 6H
   const DLTensor& timestep_indices;  ///< (S,) int32 or int64, values in [0, T)

@@ -1,6 +1,7 @@
 // exactjit op adaln_row_gather, backward: validate, plan (keys t * 3 + tag), tiles, fold.
 #include "kernels/adaln_row_gather_backward.hpp"
 
+#include "api/c_entry.hpp"
 #include "codegen/geometry.hpp"
 #include "kernels/backward_check.hpp"
 #include "kernels/op_rules.hpp"
@@ -90,10 +91,29 @@ std::vector<KernelSpec> adaln_row_gather_backward_family(const KernelSpec& sizes
 }  // namespace
 
 const OpRow kAdalnRowGatherBackwardRow = {
-    Op::AdalnRowGatherBackward, "adaln_row_gather_backward", /*code=*/7, OpRole::Backward, "adaln_row_gather",
+    Op::AdalnRowGatherBackward, "adaln_row_gather_backward", OpRole::Backward, "adaln_row_gather",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/8,
     {"timestep_indices", "token_tags"}, ErrorValue::Index, /*value_rule=*/"",
     adaln_row_gather_backward_templates, render_backward_constants, backward_vec_rule,
     adaln_row_gather_backward_family, [](DType dtype) { return h3_strides(Op::AdalnRowGatherBackward, dtype, {0}); }};
 
 }  // namespace exactjit
+
+extern "C" long long xj_adaln_row_gather_backward_workspace_bytes(long long seq, long long table_rows,
+                                                                  long long hidden) {
+  return exactjit::adaln_row_gather_backward_workspace(seq, table_rows, hidden);
+}
+
+extern "C" exactjit_status_t xj_adaln_row_gather_backward(xj_runtime* runtime, const DLTensor* grad,
+                                                          const DLTensor* timestep_indices,
+                                                          const DLTensor* token_tags, const DLTensor* d_rows,
+                                                          const DLTensor* workspace, void* stream) {
+  return exactjit::c_abi::call_op(
+      runtime, "adaln_row_gather_backward",
+      {{"grad", grad}, {"timestep_indices", timestep_indices}, {"token_tags", token_tags}, {"d_rows", d_rows}},
+      [&](exactjit::Runtime& r) {
+        return r.launch(
+            exactjit::plan_adaln_row_gather_backward({*grad, *timestep_indices, *token_tags, *d_rows, workspace}),
+            stream);
+      });
+}

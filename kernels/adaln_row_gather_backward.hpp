@@ -10,6 +10,11 @@
 
 namespace exactjit {
 
+/// Stable op codes (OpCode, codegen/kernel_spec.hpp).
+namespace Op {
+inline constexpr OpCode AdalnRowGatherBackward{7};
+}  // namespace Op
+
 struct AdalnRowGatherBackwardArgs {
   const DLTensor& grad;              ///< (6, S, H) contiguous
   const DLTensor& timestep_indices;  ///< the forward's (S,)

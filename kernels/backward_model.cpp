@@ -2,6 +2,7 @@
 #include "kernels/backward_model.hpp"
 
 #include "codegen/op_row.hpp"
+#include "kernels/rms_norm_backward.hpp"
 #include "kernels/row_reduction_model.hpp"
 #include "kernels/segment_plan.hpp"
 #include "kernels/segment_plan_model.hpp"

@@ -10,7 +10,7 @@
 
 namespace exactjit {
 
-std::vector<KernelSpec> spec_family(Op op, const KernelSpec& sizes, Target target) {
+std::vector<KernelSpec> spec_family(OpCode op, const KernelSpec& sizes, Target target) {
   std::vector<KernelSpec> specs = op_row(op).family_specs(sizes);
   for (KernelSpec& spec : specs) spec.target = target;
   return specs;

@@ -23,7 +23,7 @@ inline constexpr int64_t kDefaultTimesteps = 3;
 /// Every spec a call of these sizes (rows_sizes, channels_sizes, linear_sizes) can select at run
 /// time on `target`: both index types, the 16-byte and scalar vector widths where they differ,
 /// and every row tile of the bf16 det_linear backward.
-std::vector<KernelSpec> spec_family(Op op, const KernelSpec& sizes, Target target);
+std::vector<KernelSpec> spec_family(OpCode op, const KernelSpec& sizes, Target target);
 
 /// The default pre-warm catalog for one target: every op row's H3 shapes (OpRow::catalog; H = 5376
 /// in bf16, fp16 and fp32, the block's 6H and the final norm's 2H table strides, the 256-channel

@@ -1,6 +1,7 @@
 // exactjit op det_linear: validate, spec, geometry, parameters.
 #include "kernels/det_linear.hpp"
 
+#include "api/c_entry.hpp"
 #include "kernels/catalog.hpp"
 
 #include "kernels/det_linear_backward.hpp"
@@ -72,7 +73,7 @@ DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, i
   return g;
 }
 
-KernelSpec det_linear_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu, Op op) {
+KernelSpec det_linear_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu, OpCode op) {
   KernelSpec spec = linear_sizes(weight_dtype, in_features, out_features);
   spec.op = op;
   spec.silu = silu;
@@ -183,7 +184,7 @@ std::string render_det_linear_constants(const KernelSpec& spec) {
              "constexpr bool kSilu = {silu};  // fp32: SiLU on the output; bf16: on the input before the cast\n"
              "constexpr int kMode = {mode};  // backward: 0 input partials, 1 weight and bias, 2 input fold (bf16)\n"
              "constexpr int kTargetArch = {arch};\n",
-             fmt::arg("op_code", op_row(spec.op).code), fmt::arg("k", spec.in_features), fmt::arg("n", spec.out_features),
+             fmt::arg("op_code", op_code(spec.op)), fmt::arg("k", spec.in_features), fmt::arg("n", spec.out_features),
              fmt::arg("rows", spec.row_tile), fmt::arg("silu", spec.silu ? "true" : "false"),
              fmt::arg("mode", spec.op == Op::DetLinearWeightGrad ? 1 : spec.op == Op::DetLinearInputFold ? 2 : 0),
              fmt::arg("arch", spec.target.sm)) +
@@ -233,7 +234,7 @@ std::vector<KernelSpec> det_linear_catalog(DType dtype) {
 }  // namespace
 
 const OpRow kDetLinearRow = {
-    Op::DetLinear, "det_linear", /*code=*/5, OpRole::Forward, "det_linear",
+    Op::DetLinear, "det_linear", OpRole::Forward, "det_linear",
     SpecShape::Linear, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     det_linear_templates, render_det_linear_constants, det_linear_rule, det_linear_family, det_linear_catalog,
@@ -241,3 +242,14 @@ const OpRow kDetLinearRow = {
     "batch-invariant linear layer (timestep MLP, AdaLN projection)", /*default_stride_in_h=*/0};
 
 }  // namespace exactjit
+
+extern "C" exactjit_status_t xj_det_linear(xj_runtime* runtime, const DLTensor* x, const DLTensor* weight,
+                                           const DLTensor* bias, const DLTensor* out, const DLTensor* pre_activation,
+                                           int silu, void* stream) {
+  return exactjit::c_abi::call_op(
+      runtime, "det_linear", {{"x", x}, {"weight", weight}, {"out", out}}, [&](exactjit::Runtime& r) {
+        return r.launch(
+            exactjit::plan_det_linear({*x, *weight, bias, *out, pre_activation, silu != 0}, r.traits(x->device)),
+            stream);
+      });
+}

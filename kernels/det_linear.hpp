@@ -12,6 +12,11 @@
 
 namespace exactjit {
 
+/// Stable op codes (OpCode, codegen/kernel_spec.hpp).
+namespace Op {
+inline constexpr OpCode DetLinear{5};
+}  // namespace Op
+
 struct DetLinearArgs {
   const DLTensor& x;               ///< (T, K) float32 contiguous
   const DLTensor& weight;          ///< (N, K) contiguous, float32 or bfloat16
@@ -45,7 +50,7 @@ DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, i
 
 /// The spec of one det_linear kernel (row tile 8); `op` is DetLinear or one of its backward kernels.
 KernelSpec det_linear_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu,
-                           Op op = Op::DetLinear);
+                           OpCode op = Op::DetLinear);
 
 /// det_linear's reduction runs over K in 16-element (bf16 mma) or 4-element (fp32) steps: K is a
 /// multiple of that step. A rule of the forward and the backward rows.

@@ -2,6 +2,7 @@
 // chains.
 #include "kernels/det_linear_backward.hpp"
 
+#include "api/c_entry.hpp"
 #include "kernels/backward_check.hpp"
 #include "kernels/catalog.hpp"
 #include "kernels/det_linear.hpp"
@@ -30,15 +31,17 @@ int64_t det_linear_backward_workspace(int64_t rows, int64_t in_features, int64_t
   return align_workspace(CheckedSize(out_features).ceil_div(kFp32Chunk) * rows * in_features * 4).value_or(-1);
 }
 
-int det_linear_bf16_backward_threads(Op op) { return op == Op::DetLinearInputFold ? 256 : static_cast<int>(kColumns); }
+int det_linear_bf16_backward_threads(OpCode op) {
+  return op == Op::DetLinearInputFold ? 256 : static_cast<int>(kColumns);
+}
 
-int det_linear_bf16_backward_inputs_per_thread(Op op) { return op == Op::DetLinearInputGrad ? 4 : 8; }
+int det_linear_bf16_backward_inputs_per_thread(OpCode op) { return op == Op::DetLinearInputGrad ? 4 : 8; }
 
-int64_t det_linear_bf16_backward_column_blocks(Op op, int64_t in_features) {
+int64_t det_linear_bf16_backward_column_blocks(OpCode op, int64_t in_features) {
   return (in_features / det_linear_bf16_backward_inputs_per_thread(op) + kColumns - 1) / kColumns;
 }
 
-llvm::ArrayRef<int> det_linear_backward_row_tiles(DType weight_dtype, Op op) {
+llvm::ArrayRef<int> det_linear_backward_row_tiles(DType weight_dtype, OpCode op) {
   static constexpr int kInputPassSlots[] = {1, 2, 3, 4, kMaxRows};  // T = 3 is the models' batch
   static constexpr int kRowSlots[] = {1, 2, 4, kMaxRows};
   if (weight_dtype == DType::BF16 && op == Op::DetLinearInputGrad) return kInputPassSlots;
@@ -46,12 +49,12 @@ llvm::ArrayRef<int> det_linear_backward_row_tiles(DType weight_dtype, Op op) {
   return llvm::ArrayRef<int>(kRowSlots).take_back();
 }
 
-int det_linear_backward_row_tile(DType weight_dtype, Op op, int64_t rows) {
+int det_linear_backward_row_tile(DType weight_dtype, OpCode op, int64_t rows) {
   const llvm::ArrayRef<int> tiles = det_linear_backward_row_tiles(weight_dtype, op);
   return *std::lower_bound(tiles.begin(), tiles.end(), std::min<int64_t>(rows, kMaxRows));
 }
 
-KernelSpec det_linear_backward_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu, Op op,
+KernelSpec det_linear_backward_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu, OpCode op,
                                     DType grad_dtype, int64_t rows) {
   KernelSpec spec = det_linear_spec(weight_dtype, in_features, out_features, silu, op);
   if (weight_dtype == DType::BF16) spec.grad_dtype = grad_dtype;
@@ -102,7 +105,7 @@ llvm::Expected<LaunchSequence> plan_bf16(const DetLinearBackwardArgs& a, llvm::S
 
   LaunchSequence sequence;
   const int device = a.x.device.device_id;
-  auto add = [&](Op op, uint32_t grid_x, uint32_t grid_y, uint64_t partials, uint64_t d_input, uint64_t d_weight,
+  auto add = [&](OpCode op, uint32_t grid_x, uint32_t grid_y, uint64_t partials, uint64_t d_input, uint64_t d_weight,
                  uint64_t d_bias) {
     LaunchPlan& plan =
         sequence.add(det_linear_backward_spec(DType::BF16, in_features, out_features, a.silu, op, *grad_dtype, rows),
@@ -112,7 +115,7 @@ llvm::Expected<LaunchSequence> plan_bf16(const DetLinearBackwardArgs& a, llvm::S
                        d_bias, static_cast<uint64_t>(rows)})
       plan.push(v);
   };
-  auto column_blocks = [&](Op op) {
+  auto column_blocks = [&](OpCode op) {
     return static_cast<uint32_t>(det_linear_bf16_backward_column_blocks(op, in_features));
   };
   if (a.d_input) {
@@ -165,7 +168,7 @@ llvm::Expected<LaunchSequence> plan_det_linear_backward(const DetLinearBackwardA
   const int device = a.x.device.device_id;
   const uint32_t column_blocks = static_cast<uint32_t>((in_features + kColumns - 1) / kColumns);
   const uint64_t pre = a.pre_activation ? data_address(*a.pre_activation) : 0;
-  auto add = [&](Op op, uint32_t grid_y, uint64_t partials, uint64_t d_weight, uint64_t d_bias) {
+  auto add = [&](OpCode op, uint32_t grid_y, uint64_t partials, uint64_t d_weight, uint64_t d_bias) {
     LaunchPlan& plan = sequence.add(det_linear_spec(DType::F32, in_features, out_features, a.silu, op),
                                     device, column_blocks, static_cast<uint32_t>(kColumns));
     plan.grid_y = grid_y;
@@ -208,7 +211,7 @@ RuleBreak backward_rule(const KernelSpec& spec) {
 }
 // Both activations; fp32 weights: one kernel each (no fold); bf16 weights: both gradient dtypes
 // at every row tile, so a cache shipped read-only serves every T.
-std::vector<KernelSpec> backward_family(Op op, const KernelSpec& sizes) {
+std::vector<KernelSpec> backward_family(OpCode op, const KernelSpec& sizes) {
   const DType dtype = sizes.dtype;
   const int64_t in_features = sizes.in_features, out_features = sizes.out_features;
   std::vector<KernelSpec> specs;
@@ -225,7 +228,7 @@ std::vector<KernelSpec> backward_family(Op op, const KernelSpec& sizes) {
 }
 // The same layers' backward (det_linear_catalog): fp32 one spec each; bf16 (SiLU on the input)
 // every row tile and incoming-gradient dtype, so a cache shipped read-only serves every T.
-std::vector<KernelSpec> backward_catalog(Op op, DType dtype) {
+std::vector<KernelSpec> backward_catalog(OpCode op, DType dtype) {
   std::vector<KernelSpec> specs;
   if (dtype == DType::F32 && op != Op::DetLinearInputFold) {
     specs.push_back(det_linear_spec(DType::F32, kSinusoidChannels, 2 * kTimeEmbedDim, true, op));
@@ -246,19 +249,37 @@ std::vector<KernelSpec> weight_grad_family(const KernelSpec& sizes) { return bac
 }  // namespace
 
 const OpRow kDetLinearInputGradRow = {
-    Op::DetLinearInputGrad, "det_linear_input_grad", /*code=*/12, OpRole::Backward, "det_linear",
+    Op::DetLinearInputGrad, "det_linear_input_grad", OpRole::Backward, "det_linear",
     SpecShape::Linear, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     backward_templates, render_det_linear_constants, backward_rule, input_grad_family, input_grad_catalog};
 const OpRow kDetLinearInputFoldRow = {
-    Op::DetLinearInputFold, "det_linear_input_fold", /*code=*/18, OpRole::Backward, "det_linear",
+    Op::DetLinearInputFold, "det_linear_input_fold", OpRole::Backward, "det_linear",
     SpecShape::Linear, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     backward_templates, render_det_linear_constants, backward_rule, input_fold_family, input_fold_catalog};
 const OpRow kDetLinearWeightGradRow = {
-    Op::DetLinearWeightGrad, "det_linear_weight_grad", /*code=*/13, OpRole::Backward, "det_linear",
+    Op::DetLinearWeightGrad, "det_linear_weight_grad", OpRole::Backward, "det_linear",
     SpecShape::Linear, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     backward_templates, render_det_linear_constants, backward_rule, weight_grad_family, weight_grad_catalog};
 
 }  // namespace exactjit
+
+extern "C" long long xj_det_linear_backward_workspace_bytes(long long rows, long long in_features,
+                                                            long long out_features) {
+  return exactjit::det_linear_backward_workspace(rows, in_features, out_features);
+}
+
+extern "C" exactjit_status_t xj_det_linear_backward(xj_runtime* runtime, const DLTensor* grad,
+                                                    const DLTensor* pre_activation, const DLTensor* x,
+                                                    const DLTensor* weight, const DLTensor* d_input,
+                                                    const DLTensor* d_weight, const DLTensor* d_bias,
+                                                    const DLTensor* workspace, int silu, void* stream) {
+  return exactjit::c_abi::call_op(
+      runtime, "det_linear_backward", {{"grad", grad}, {"x", x}, {"weight", weight}}, [&](exactjit::Runtime& r) {
+        return r.launch(exactjit::plan_det_linear_backward(
+                            {*grad, pre_activation, *x, *weight, d_input, d_weight, d_bias, workspace, silu != 0}),
+                        stream);
+      });
+}

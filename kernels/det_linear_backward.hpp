@@ -16,6 +16,13 @@
 
 namespace exactjit {
 
+/// Stable op codes (OpCode, codegen/kernel_spec.hpp).
+namespace Op {
+inline constexpr OpCode DetLinearInputGrad{12};
+inline constexpr OpCode DetLinearWeightGrad{13};
+inline constexpr OpCode DetLinearInputFold{18};
+}  // namespace Op
+
 struct DetLinearBackwardArgs {
   const DLTensor& grad;            ///< (T, N), T <= 8: float32 (bf16 weights: float32 or bfloat16)
   const DLTensor* pre_activation;  ///< fp32 weights: (T, N) float32 saved by the forward (required with silu); bf16: null
@@ -43,12 +50,12 @@ inline constexpr int kDetLinearBf16Group = 8;
 inline constexpr int kDetLinearFoldColumns = 16;
 inline constexpr int kDetLinearWeightStage = 64;
 /// Threads per block: 128 for the input pass and the weight grad, 256 for the fold.
-int det_linear_bf16_backward_threads(Op op);
+int det_linear_bf16_backward_threads(OpCode op);
 /// Consecutive inputs k a thread owns: 4 in the input pass (an 8-byte vector of a weight row), 8 in
 /// the weight grad (a 16-byte vector of a d_weight row).
-int det_linear_bf16_backward_inputs_per_thread(Op op);
+int det_linear_bf16_backward_inputs_per_thread(OpCode op);
 /// Column blocks (grid x) of the bf16 input pass and weight grad.
-int64_t det_linear_bf16_backward_column_blocks(Op op, int64_t in_features);
+int64_t det_linear_bf16_backward_column_blocks(OpCode op, int64_t in_features);
 /// The most rows T one backward call takes.
 inline constexpr int kDetLinearBackwardMaxRows = 8;
 
@@ -56,14 +63,14 @@ inline constexpr int kDetLinearBackwardMaxRows = 8;
 /// weight grad unroll over their row slots (sums and inputs in registers), so each compiled kernel
 /// holds one R: the input pass 1, 2, 3, 4 or 8 (it computes every slot), the weight grad 1, 2, 4 or
 /// 8; the other kernels' code does not depend on the rows (8).
-llvm::ArrayRef<int> det_linear_backward_row_tiles(DType weight_dtype, Op op);
+llvm::ArrayRef<int> det_linear_backward_row_tiles(DType weight_dtype, OpCode op);
 /// The row tile a call of `rows` live rows selects: the smallest row tile >= rows (8 past 8).
-int det_linear_backward_row_tile(DType weight_dtype, Op op, int64_t rows);
+int det_linear_backward_row_tile(DType weight_dtype, OpCode op, int64_t rows);
 
 /// The spec of a det_linear backward kernel for a call of `rows` live rows: DetLinearInputGrad,
 /// DetLinearWeightGrad, or (bf16) DetLinearInputFold; grad_dtype is the incoming gradient's (bf16
 /// weights only).
-KernelSpec det_linear_backward_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu, Op op,
+KernelSpec det_linear_backward_spec(DType weight_dtype, int64_t in_features, int64_t out_features, bool silu, OpCode op,
                                     DType grad_dtype, int64_t rows);
 
 /// The rows of det_linear's backward kernels: the input partials (bf16: the input pass, with

@@ -1,6 +1,7 @@
 // exactjit op gate_residual: validate, spec, geometry, parameters.
 #include "kernels/gate_residual.hpp"
 
+#include "api/c_entry.hpp"
 #include "codegen/geometry.hpp"
 #include "codegen/render.hpp"
 #include "kernels/op_rules.hpp"
@@ -115,10 +116,20 @@ std::vector<KernelSpec> gate_residual_family(const KernelSpec& sizes) {
 }  // namespace
 
 const OpRow kGateResidualRow = {
-    Op::GateResidual, "gate_residual", /*code=*/1, OpRole::Forward, "gate_residual",
+    Op::GateResidual, "gate_residual", OpRole::Forward, "gate_residual",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     gate_residual_templates, codegen::render_row_constants, gate_residual_rule, gate_residual_family, [](DType dtype) { return h3_strides(Op::GateResidual, dtype, {6, 2}); },
     "--hidden H --table-stride N", "residual + gate.index_select(0, index) * y", /*default_stride_in_h=*/6};
 
 }  // namespace exactjit
+
+extern "C" exactjit_status_t xj_gate_residual(xj_runtime* runtime, const DLTensor* residual, const DLTensor* gate,
+                                              const DLTensor* index, const DLTensor* y, const DLTensor* out,
+                                              void* stream) {
+  return exactjit::c_abi::call_op(
+      runtime, "gate_residual", {{"residual", residual}, {"gate", gate}, {"index", index}, {"y", y}, {"out", out}},
+      [&](exactjit::Runtime& r) {
+        return r.launch(exactjit::plan_gate_residual({*residual, *gate, *index, *y, *out}), stream);
+      });
+}

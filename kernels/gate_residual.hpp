@@ -10,6 +10,11 @@
 
 namespace exactjit {
 
+/// Stable op codes (OpCode, codegen/kernel_spec.hpp).
+namespace Op {
+inline constexpr OpCode GateResidual{1};
+}  // namespace Op
+
 struct GateResidualArgs {
   const DLTensor& residual;  ///< (M, H) or (B, S, H), contiguous
   const DLTensor& gate;      ///< (R, H) table view, unit column stride, row stride >= H

@@ -1,6 +1,7 @@
 // exactjit op gate_residual, backward: validate, plan the segment sums, tiles, fold.
 #include "kernels/gate_residual_backward.hpp"
 
+#include "api/c_entry.hpp"
 #include "codegen/geometry.hpp"
 #include "kernels/backward_check.hpp"
 #include "kernels/op_rules.hpp"
@@ -108,10 +109,27 @@ std::vector<KernelSpec> gate_residual_backward_family(const KernelSpec& sizes) {
 // few tiles; 8 rows of 16-byte packs in flight help there and cost nothing at large S
 // (docs/perf-notes.md, backward v3). adaln_row_gather_backward's tiles are the same walk.
 const OpRow kGateResidualBackwardRow = {
-    Op::GateResidualBackward, "gate_residual_backward", /*code=*/6, OpRole::Backward, "gate_residual",
+    Op::GateResidualBackward, "gate_residual_backward", OpRole::Backward, "gate_residual",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/8,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     gate_residual_backward_templates, render_backward_constants, gate_residual_backward_rule,
     gate_residual_backward_family, [](DType dtype) { return h3_strides(Op::GateResidualBackward, dtype, {6, 2}); }};
 
 }  // namespace exactjit
+
+extern "C" long long xj_gate_residual_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
+                                                               long long hidden) {
+  return exactjit::gate_residual_backward_workspace(rows, seq, table_rows, hidden);
+}
+
+extern "C" exactjit_status_t xj_gate_residual_backward(xj_runtime* runtime, const DLTensor* grad,
+                                                       const DLTensor* gate, const DLTensor* index, const DLTensor* y,
+                                                       const DLTensor* d_y, const DLTensor* d_gate,
+                                                       const DLTensor* workspace, void* stream) {
+  return exactjit::c_abi::call_op(
+      runtime, "gate_residual_backward", {{"grad", grad}, {"gate", gate}, {"index", index}, {"y", y}},
+      [&](exactjit::Runtime& r) {
+        return r.launch(exactjit::plan_gate_residual_backward({*grad, *gate, *index, *y, d_y, d_gate, workspace}),
+                        stream);
+      });
+}

@@ -10,6 +10,11 @@
 
 namespace exactjit {
 
+/// Stable op codes (OpCode, codegen/kernel_spec.hpp).
+namespace Op {
+inline constexpr OpCode GateResidualBackward{6};
+}  // namespace Op
+
 struct GateResidualBackwardArgs {
   const DLTensor& grad;        ///< like the forward's out
   const DLTensor& gate;        ///< the forward's (R, H) table view

@@ -2,6 +2,7 @@
 // what only the fused call adds), spec, parameters; its backward's sequence; its rows.
 #include "kernels/gate_residual_rms_norm.hpp"
 
+#include "api/c_entry.hpp"
 #include "codegen/render.hpp"
 #include "kernels/backward_check.hpp"
 #include "kernels/gate_residual.hpp"
@@ -187,7 +188,8 @@ llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateRe
   // plans' segment_count kernels, the first to meet a bad index, report it as this op's.
   for (int k = 0; k < sequence->count; ++k) {
     LaunchPlan& step = sequence->steps[k];
-    if (step.spec.op == Op::SegmentCount) step.params[kSegmentCountReportCode] = kGateResidualRmsNormBackwardRow.code;
+    if (step.spec.op == Op::SegmentCount)
+      step.params[kSegmentCountReportCode] = op_code(Op::GateResidualRmsNormBackward);
     if (step.spec.op != Op::RmsNormBackward || !a.grad_h) continue;
     step.spec.op = Op::GateResidualRmsNormBackward;
     step.params[1] = data_address(*a.grad_h);
@@ -226,16 +228,56 @@ std::vector<KernelSpec> dx_family(const KernelSpec& sizes) {
 }  // namespace
 
 const OpRow kGateResidualRmsNormRow = {
-    Op::GateResidualRmsNorm, "gate_residual_rms_norm", /*code=*/19, OpRole::Forward, "gate_residual_rms_norm",
+    Op::GateResidualRmsNorm, "gate_residual_rms_norm", OpRole::Forward, "gate_residual_rms_norm",
     SpecShape::Rows, /*describes_weight=*/true, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     forward_templates, codegen::render_row_norm_constants, forward_rule, forward_family, [](DType dtype) { return h3_strides(Op::GateResidualRmsNorm, dtype, {6}); },
     "--hidden H --table-stride N",
     "gate_residual into h, then rms_norm of h (optionally modulated), in one pass", /*default_stride_in_h=*/6};
 const OpRow kGateResidualRmsNormBackwardRow = {
-    Op::GateResidualRmsNormBackward, "gate_residual_rms_norm_backward", /*code=*/20, OpRole::Backward,
+    Op::GateResidualRmsNormBackward, "gate_residual_rms_norm_backward", OpRole::Backward,
     "gate_residual_rms_norm", SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128,
     /*row_unroll=*/1, {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     rms_norm_dx_templates, dx_constants, rms_norm_rule, dx_family, [](DType dtype) { return h3_strides(Op::GateResidualRmsNormBackward, dtype, {6}); }};
 
 }  // namespace exactjit
+
+extern "C" exactjit_status_t xj_gate_residual_rms_norm(xj_runtime* runtime, const DLTensor* residual,
+                                                       const DLTensor* gate, const DLTensor* index, const DLTensor* y,
+                                                       const DLTensor* weight, const DLTensor* shift,
+                                                       const DLTensor* scale, const DLTensor* h, const DLTensor* out,
+                                                       const DLTensor* rstd, double eps, void* stream) {
+  return exactjit::c_abi::call_op(
+      runtime, "gate_residual_rms_norm",
+      {{"residual", residual}, {"gate", gate}, {"index", index}, {"y", y}, {"h", h}, {"out", out}},
+      [&](exactjit::Runtime& r) {
+        return r.launch(exactjit::plan_gate_residual_rms_norm(
+                            {*residual, *gate, *index, *y, weight, shift, scale, *h, *out, rstd, eps}),
+                        stream);
+      });
+}
+
+extern "C" long long xj_gate_residual_rms_norm_backward_workspace_bytes(long long rows, long long seq,
+                                                                        long long table_rows, long long hidden,
+                                                                        int weighted, int modulated) {
+  return exactjit::gate_residual_rms_norm_backward_workspace(rows, seq, table_rows, hidden, weighted != 0,
+                                                             modulated != 0);
+}
+
+extern "C" exactjit_status_t xj_gate_residual_rms_norm_backward(
+    xj_runtime* runtime, const DLTensor* grad_out, const DLTensor* grad_h, const DLTensor* h, const DLTensor* y,
+    const DLTensor* gate, const DLTensor* index, const DLTensor* weight, const DLTensor* scale, const DLTensor* rstd,
+    double eps, const DLTensor* d_residual, const DLTensor* d_y, const DLTensor* d_gate, const DLTensor* d_weight,
+    const DLTensor* d_shift, const DLTensor* d_scale, const DLTensor* workspace, void* stream) {
+  return exactjit::c_abi::call_op(
+      runtime, "gate_residual_rms_norm_backward",
+      {{"grad_out", grad_out}, {"h", h}, {"y", y}, {"gate", gate}, {"index", index}, {"rstd", rstd},
+       {"d_residual", d_residual}},
+      [&](exactjit::Runtime& r) {
+        return r.launch(exactjit::plan_gate_residual_rms_norm_backward({*grad_out, grad_h, *h, *y, *gate, *index,
+                                                                        weight, scale, *rstd, eps, *d_residual, d_y,
+                                                                        d_gate, d_weight, d_shift, d_scale,
+                                                                        workspace}),
+                        stream);
+      });
+}

@@ -12,6 +12,12 @@
 
 namespace exactjit {
 
+/// Stable op codes (OpCode, codegen/kernel_spec.hpp).
+namespace Op {
+inline constexpr OpCode GateResidualRmsNorm{19};
+inline constexpr OpCode GateResidualRmsNormBackward{20};
+}  // namespace Op
+
 struct GateResidualRmsNormArgs {
   const DLTensor& residual;  ///< (M, H) or (B, S, H), contiguous
   const DLTensor& gate;      ///< (R, H) table view, unit column stride, row stride >= H

@@ -23,7 +23,7 @@ llvm::ArrayRef<OpFamily> op_families() {
   return families;
 }
 
-const OpFamily& op_family(Op op) {
+const OpFamily& op_family(OpCode op) {
   for (const OpFamily& family : op_families())
     if (family.name == op_row(op).family) return family;
   return op_families().front();  // unreachable: the op table test checks every row's family is listed
@@ -32,7 +32,7 @@ const OpFamily& op_family(Op op) {
 std::string op_names() {
   std::string names;
   for (const OpFamily& family : op_families())
-    for (Op op : family.kernels) names += (names.empty() ? "" : ", ") + std::string(op_name(op));
+    for (OpCode op : family.kernels) names += (names.empty() ? "" : ", ") + std::string(op_name(op));
   return names;
 }
 

@@ -20,14 +20,14 @@ struct OpFamily {
   /// The table stride the CLI assumes when none is given, in multiples of H (the block's 6H AdaLN
   /// chunk; rms_norm: 0, the plain norm).
   int default_stride_in_h;
-  std::vector<Op> kernels;   ///< every kernel of the family `--op` accepts (op table order, forward first)
+  std::vector<OpCode> kernels;   ///< every kernel of the family `--op` accepts (op table order, forward first)
 };
 
 /// Every op family; each Op is a kernel of exactly one of them.
 llvm::ArrayRef<OpFamily> op_families();
 
 /// The family an op's row names.
-const OpFamily& op_family(Op op);
+const OpFamily& op_family(OpCode op);
 
 /// "gate_residual, gate_residual_backward, adaln_row_gather, ...": every name --op accepts.
 std::string op_names();

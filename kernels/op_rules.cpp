@@ -43,7 +43,7 @@ RuleBreak table_stride_rule(const KernelSpec& spec) {
   return {};
 }
 
-std::vector<KernelSpec> backward_vec_family(Op op, DType dtype, int64_t hidden, int64_t table_stride) {
+std::vector<KernelSpec> backward_vec_family(OpCode op, DType dtype, int64_t hidden, int64_t table_stride) {
   const int wide = wide_vec(dtype);
   std::vector<KernelSpec> specs;
   if (hidden % wide == 0 && table_stride % wide == 0)
@@ -57,7 +57,7 @@ std::vector<IndexType> index_types_for(int64_t table_stride) {
   return {IndexType::I64};
 }
 
-std::vector<KernelSpec> row_op_family(Op op, DType dtype, int64_t hidden, int64_t table_stride) {
+std::vector<KernelSpec> row_op_family(OpCode op, DType dtype, int64_t hidden, int64_t table_stride) {
   const int wide = wide_vec(dtype);
   std::vector<int> widths{1};
   if (hidden % wide == 0 && table_stride % wide == 0) widths.insert(widths.begin(), wide);
@@ -67,7 +67,7 @@ std::vector<KernelSpec> row_op_family(Op op, DType dtype, int64_t hidden, int64_
   return specs;
 }
 
-std::vector<KernelSpec> h3_strides(Op op, DType dtype, std::initializer_list<int> strides_in_h) {
+std::vector<KernelSpec> h3_strides(OpCode op, DType dtype, std::initializer_list<int> strides_in_h) {
   std::vector<KernelSpec> specs;
   for (int stride : strides_in_h)
     for (const KernelSpec& spec : op_row(op).family_specs(rows_sizes(dtype, kDefaultHidden, stride * kDefaultHidden)))

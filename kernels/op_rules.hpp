@@ -28,12 +28,12 @@ RuleBreak table_stride_rule(const KernelSpec& spec);
 inline RuleBreak no_rule(const KernelSpec&) { return {}; }
 
 /// The forward row ops: both index types, the 16-byte and the scalar width where they differ.
-std::vector<KernelSpec> row_op_family(Op op, DType dtype, int64_t hidden, int64_t table_stride);
+std::vector<KernelSpec> row_op_family(OpCode op, DType dtype, int64_t hidden, int64_t table_stride);
 /// The segment-tile backward kernels: the 16-byte width where it divides, then the scalar one.
-std::vector<KernelSpec> backward_vec_family(Op op, DType dtype, int64_t hidden, int64_t table_stride);
+std::vector<KernelSpec> backward_vec_family(OpCode op, DType dtype, int64_t hidden, int64_t table_stride);
 /// The catalog of a row whose H3 shapes are table strides: its family at H = 5376 for each
 /// stride, given in multiples of H (0: the plain rms_norm, or no table).
-std::vector<KernelSpec> h3_strides(Op op, DType dtype, std::initializer_list<int> strides_in_h);
+std::vector<KernelSpec> h3_strides(OpCode op, DType dtype, std::initializer_list<int> strides_in_h);
 
 /// The index types a modulated kernel (table stride > 0) can be called with; plain: int64 only.
 std::vector<IndexType> index_types_for(int64_t table_stride);

@@ -34,21 +34,20 @@ const std::array<const OpRow*, 20> kRows = {
 
 llvm::ArrayRef<const OpRow*> op_table() { return kRows; }
 
-const OpRow& op_row(Op op) {
-  // Built on first use, so a static initializer elsewhere may call it (an Op without a row fails
-  // the op table test).
-  static const std::array<const OpRow*, 256> by_op = [] {
-    std::array<const OpRow*, 256> table{};
-    for (const OpRow* row : kRows) table[static_cast<size_t>(row->op)] = row;
-    return table;
+namespace {
+// Built on first use, so a static initializer elsewhere may call it.
+const std::array<const OpRow*, 256>& rows_by_code() {
+  static const std::array<const OpRow*, 256> table = [] {
+    std::array<const OpRow*, 256> by_code{};
+    for (const OpRow* row : kRows) by_code[op_code(row->op)] = row;
+    return by_code;
   }();
-  return *by_op[static_cast<size_t>(op)];
+  return table;
 }
+}  // namespace
 
-const OpRow* op_row_by_code(unsigned code) {
-  for (const OpRow* row : kRows)
-    if (row->code == code) return row;
-  return nullptr;
-}
+const OpRow& op_row(OpCode op) { return *rows_by_code()[op_code(op)]; }
+
+const OpRow* op_row_by_code(unsigned code) { return code < 256 ? rows_by_code()[code] : nullptr; }
 
 }  // namespace exactjit

@@ -1,6 +1,7 @@
 // exactjit op rms_norm: validate, spec, geometry, parameters.
 #include "kernels/rms_norm.hpp"
 
+#include "api/c_entry.hpp"
 #include "codegen/geometry.hpp"
 #include "codegen/render.hpp"
 #include "kernels/op_rules.hpp"
@@ -147,7 +148,7 @@ std::vector<KernelSpec> rms_norm_family(const KernelSpec& sizes) {
 }  // namespace
 
 const OpRow kRmsNormRow = {
-    Op::RmsNorm, "rms_norm", /*code=*/3, OpRole::Forward, "rms_norm",
+    Op::RmsNorm, "rms_norm", OpRole::Forward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/true, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     rms_norm_templates, codegen::render_rms_norm_constants, rms_norm_rule, rms_norm_family, [](DType dtype) { return h3_strides(Op::RmsNorm, dtype, {0, 6, 2}); },
@@ -155,3 +156,11 @@ const OpRow kRmsNormRow = {
     /*default_stride_in_h=*/0};
 
 }  // namespace exactjit
+
+extern "C" exactjit_status_t xj_rms_norm(xj_runtime* runtime, const DLTensor* x, const DLTensor* weight,
+                                         const DLTensor* shift, const DLTensor* scale, const DLTensor* index,
+                                         const DLTensor* out, const DLTensor* rstd, double eps, void* stream) {
+  return exactjit::c_abi::call_op(runtime, "rms_norm", {{"x", x}, {"out", out}}, [&](exactjit::Runtime& r) {
+    return r.launch(exactjit::plan_rms_norm({*x, weight, shift, scale, index, *out, rstd, eps}), stream);
+  });
+}

@@ -10,6 +10,11 @@
 
 namespace exactjit {
 
+/// Stable op codes (OpCode, codegen/kernel_spec.hpp).
+namespace Op {
+inline constexpr OpCode RmsNorm{3};
+}  // namespace Op
+
 struct RmsNormArgs {
   const DLTensor& x;       ///< (..., H) contiguous, H % 4 == 0, rows aligned to 4 elements
   const DLTensor* weight;  ///< (H,) in x's dtype, or null

@@ -3,6 +3,7 @@
 // tiles of consecutive rows and their fold.
 #include "kernels/rms_norm_backward.hpp"
 
+#include "api/c_entry.hpp"
 #include "codegen/geometry.hpp"
 #include "kernels/backward_check.hpp"
 #include "kernels/op_rules.hpp"
@@ -169,7 +170,7 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
   }
   auto at_or_null = [&](const DLTensor* wanted, int64_t offset) { return wanted ? ws + offset : 0; };
   // A tiles kernel: grad, x, weight, scale, rstd, three partials pointers, the scale rows' stride.
-  auto add_tiles = [&](Op op, int64_t grid, std::initializer_list<uint64_t> params) -> LaunchPlan& {
+  auto add_tiles = [&](OpCode op, int64_t grid, std::initializer_list<uint64_t> params) -> LaunchPlan& {
     const KernelSpec spec = make_spec(op, *dtype, IndexType::I64, hidden, 0, 4, op == Op::RmsNormTableGrad && a.weight);
     LaunchPlan& tiles = sequence.add(spec, device, static_cast<uint32_t>(grid), codegen::backward_threads(spec));
     tiles.grid_y = static_cast<uint32_t>(codegen::column_slices(spec));
@@ -240,23 +241,41 @@ std::vector<KernelSpec> weight_grad_family(const KernelSpec& sizes) {
 }  // namespace
 
 const OpRow kRmsNormBackwardRow = {
-    Op::RmsNormBackward, "rms_norm_backward", /*code=*/8, OpRole::Backward, "rms_norm",
+    Op::RmsNormBackward, "rms_norm_backward", OpRole::Backward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     rms_norm_dx_templates, dx_constants, rms_norm_rule, dx_family, [](DType dtype) { return h3_strides(Op::RmsNormBackward, dtype, {0, 6, 2}); }};
 // The parameter tiles keep row_unroll 4: 16 cost more at large S (160 registers, fewer blocks per
 // SM) than they gained at small S (docs/perf-notes.md, backward v3).
 const OpRow kRmsNormTableGradRow = {
-    Op::RmsNormTableGrad, "rms_norm_table_grad", /*code=*/9, OpRole::Backward, "rms_norm",
+    Op::RmsNormTableGrad, "rms_norm_table_grad", OpRole::Backward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/4,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     param_grad_templates, render_table_grad_constants, rms_norm_rule, table_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormTableGrad, dtype, {0}); }};
 // The plain dweight tiles load 8 rows at a time: at S = 4097 their 256-row walk is latency-bound
 // (docs/perf-notes.md, v10), and one accumulator per column leaves the registers for it.
 const OpRow kRmsNormWeightGradRow = {
-    Op::RmsNormWeightGrad, "rms_norm_weight_grad", /*code=*/10, OpRole::Backward, "rms_norm",
+    Op::RmsNormWeightGrad, "rms_norm_weight_grad", OpRole::Backward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/8,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     param_grad_templates, render_backward_constants, rms_norm_rule, weight_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormWeightGrad, dtype, {0}); }};
 
 }  // namespace exactjit
+
+extern "C" long long xj_rms_norm_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
+                                                          long long hidden, int weighted) {
+  return exactjit::rms_norm_backward_workspace(rows, seq, table_rows, hidden, weighted != 0);
+}
+
+extern "C" exactjit_status_t xj_rms_norm_backward(xj_runtime* runtime, const DLTensor* grad, const DLTensor* x,
+                                                  const DLTensor* weight, const DLTensor* scale, const DLTensor* index,
+                                                  const DLTensor* rstd, double eps, const DLTensor* dx,
+                                                  const DLTensor* dweight, const DLTensor* dshift,
+                                                  const DLTensor* dscale, const DLTensor* workspace, void* stream) {
+  return exactjit::c_abi::call_op(
+      runtime, "rms_norm_backward", {{"grad", grad}, {"x", x}, {"rstd", rstd}}, [&](exactjit::Runtime& r) {
+        return r.launch(exactjit::plan_rms_norm_backward(
+                            {*grad, *x, weight, scale, index, *rstd, eps, dx, dweight, dshift, dscale, workspace}),
+                        stream);
+      });
+}

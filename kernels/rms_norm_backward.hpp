@@ -12,6 +12,13 @@
 
 namespace exactjit {
 
+/// Stable op codes (OpCode, codegen/kernel_spec.hpp).
+namespace Op {
+inline constexpr OpCode RmsNormBackward{8};
+inline constexpr OpCode RmsNormTableGrad{9};
+inline constexpr OpCode RmsNormWeightGrad{10};
+}  // namespace Op
+
 struct RmsNormBackwardArgs {
   const DLTensor& grad;       ///< like x
   const DLTensor& x;          ///< the forward's x

@@ -36,7 +36,7 @@ SegmentLayout segment_layout(int64_t rows, int64_t seq, int64_t table_rows) {
 }
 
 void add_plan_launches(LaunchSequence& sequence, const SegmentLayout& l, uint64_t workspace, int device_id,
-                       IndexType index_type, uint64_t first, uint64_t second, int64_t first_bound, Op report_op) {
+                       IndexType index_type, uint64_t first, uint64_t second, int64_t first_bound, OpCode report_op) {
   const KernelSpec count_spec = make_plan_spec(Op::SegmentCount, DType::F32, index_type, second ? 2 : 1);
   LaunchPlan& count = sequence.add(count_spec, device_id, static_cast<uint32_t>(l.chunks),
                                    codegen::backward_threads(count_spec));
@@ -45,7 +45,7 @@ void add_plan_launches(LaunchSequence& sequence, const SegmentLayout& l, uint64_
   count.push(static_cast<uint64_t>(l.seq));
   count.push(static_cast<uint64_t>(l.table_rows));
   count.push(static_cast<uint64_t>(first_bound));
-  count.push(op_row(report_op).code);  // kSegmentCountReportCode: the op whose index is bad
+  count.push(op_code(report_op));  // kSegmentCountReportCode: the op whose index is bad
   count.push(workspace + l.keys);
   count.push(workspace + l.chunk_counts);
 
@@ -163,24 +163,24 @@ std::vector<KernelSpec> fold_catalog(DType dtype) {
 }  // namespace
 
 const OpRow kSegmentCountRow = {
-    Op::SegmentCount, "segment_count", /*code=*/14, OpRole::Plan, "segment_plan",
+    Op::SegmentCount, "segment_count", OpRole::Plan, "segment_plan",
     SpecShape::Plan, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     count_templates, render_backward_constants, count_rule, count_family, count_catalog,
     "(sized by the backward kernels)", "the deterministic segment sums the backwards share",
     /*default_stride_in_h=*/0};
 const OpRow kSegmentScanRow = {
-    Op::SegmentScan, "segment_scan", /*code=*/15, OpRole::Plan, "segment_plan",
+    Op::SegmentScan, "segment_scan", OpRole::Plan, "segment_plan",
     SpecShape::Plan, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     scan_templates, render_backward_constants, no_rule, scan_family, scan_catalog};
 const OpRow kSegmentScatterRow = {
-    Op::SegmentScatter, "segment_scatter", /*code=*/16, OpRole::Plan, "segment_plan",
+    Op::SegmentScatter, "segment_scatter", OpRole::Plan, "segment_plan",
     SpecShape::Plan, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     scatter_templates, render_backward_constants, no_rule, scatter_family, scatter_catalog};
 const OpRow kSegmentFoldRow = {
-    Op::SegmentFold, "segment_fold", /*code=*/17, OpRole::Plan, "segment_plan",
+    Op::SegmentFold, "segment_fold", OpRole::Plan, "segment_plan",
     SpecShape::Plan, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     fold_templates, render_backward_constants, no_rule, fold_family, fold_catalog};

@@ -17,6 +17,14 @@
 
 namespace exactjit {
 
+/// Stable op codes (OpCode, codegen/kernel_spec.hpp).
+namespace Op {
+inline constexpr OpCode SegmentCount{14};
+inline constexpr OpCode SegmentScan{15};
+inline constexpr OpCode SegmentScatter{16};
+inline constexpr OpCode SegmentFold{17};
+}  // namespace Op
+
 inline constexpr int64_t kTilePositions = 256;
 inline constexpr int64_t kChunkPositions = 1024;
 inline constexpr int64_t kMaxPlanTableRows = 4096;  // the per-row counters live in shared memory
@@ -41,7 +49,7 @@ inline CheckedSize align_workspace(CheckedSize bytes) { return bytes.round_up(25
 /// first * 3 + second) are the index tensors' addresses; `first_bound` is the range of `first`
 /// (R, or T for timestep indices); bad indices are reported under `report_op`.
 void add_plan_launches(LaunchSequence& sequence, const SegmentLayout& layout, uint64_t workspace, int device_id,
-                       IndexType index_type, uint64_t first, uint64_t second, int64_t first_bound, Op report_op);
+                       IndexType index_type, uint64_t first, uint64_t second, int64_t first_bound, OpCode report_op);
 /// The parameter of segment_count's launch that holds the reporting op's code.
 inline constexpr int kSegmentCountReportCode = 5;
 

@@ -1,6 +1,7 @@
 // exactjit op timestep_sinusoid: validate, spec, the scalar constants PyTorch derives, parameters.
 #include "kernels/timestep_sinusoid.hpp"
 
+#include "api/c_entry.hpp"
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
 #include "kernels/segment_plan.hpp"
@@ -18,7 +19,7 @@ constexpr std::string_view kOp = "timestep_sinusoid";
 ArgName arg(std::string_view name) { return {kOp, name}; }
 }  // namespace
 
-KernelSpec timestep_sinusoid_spec(int64_t channels, Op op) {
+KernelSpec timestep_sinusoid_spec(int64_t channels, OpCode op) {
   KernelSpec spec = channels_sizes(channels);
   spec.op = op;
   return spec;
@@ -136,15 +137,36 @@ std::vector<KernelSpec> sinusoid_backward_catalog(DType dtype) {
 }  // namespace
 
 const OpRow kTimestepSinusoidRow = {
-    Op::TimestepSinusoid, "timestep_sinusoid", /*code=*/4, OpRole::Forward, "timestep_sinusoid",
+    Op::TimestepSinusoid, "timestep_sinusoid", OpRole::Forward, "timestep_sinusoid",
     SpecShape::Channels, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"t", "t"}, ErrorValue::FloatBits, /*value_rule=*/"a finite value in [0, 1] (check_range)",
     sinusoid_templates, codegen::render_sinusoid_constants, channels_rule, sinusoid_family, sinusoid_catalog,
     "--channels C", "diffusers' get_timestep_embedding", /*default_stride_in_h=*/0};
 const OpRow kTimestepSinusoidBackwardRow = {
-    Op::TimestepSinusoidBackward, "timestep_sinusoid_backward", /*code=*/11, OpRole::Backward, "timestep_sinusoid",
+    Op::TimestepSinusoidBackward, "timestep_sinusoid_backward", OpRole::Backward, "timestep_sinusoid",
     SpecShape::Channels, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/1,
     {"t", "t"}, ErrorValue::Index, /*value_rule=*/"",
     sinusoid_backward_templates, codegen::render_sinusoid_constants, channels_rule, sinusoid_backward_family, sinusoid_backward_catalog};
 
 }  // namespace exactjit
+
+extern "C" exactjit_status_t xj_timestep_sinusoid(xj_runtime* runtime, const DLTensor* t, const DLTensor* out,
+                                                  double max_period, int flip_sin_to_cos, double downscale_freq_shift,
+                                                  double scale, int check_range, void* stream) {
+  return exactjit::c_abi::call_op(runtime, "timestep_sinusoid", {{"t", t}, {"out", out}}, [&](exactjit::Runtime& r) {
+    const exactjit::SinusoidParams params{max_period, flip_sin_to_cos != 0, downscale_freq_shift, scale,
+                                          check_range != 0};
+    return r.launch(exactjit::plan_timestep_sinusoid({*t, *out, params}), stream);
+  });
+}
+
+extern "C" exactjit_status_t xj_timestep_sinusoid_backward(xj_runtime* runtime, const DLTensor* t,
+                                                           const DLTensor* grad, const DLTensor* d_t,
+                                                           double max_period, int flip_sin_to_cos,
+                                                           double downscale_freq_shift, double scale, void* stream) {
+  return exactjit::c_abi::call_op(
+      runtime, "timestep_sinusoid_backward", {{"t", t}, {"grad", grad}, {"d_t", d_t}}, [&](exactjit::Runtime& r) {
+        const exactjit::SinusoidParams params{max_period, flip_sin_to_cos != 0, downscale_freq_shift, scale, false};
+        return r.launch(exactjit::plan_timestep_sinusoid_backward({*t, *grad, *d_t, params}), stream);
+      });
+}

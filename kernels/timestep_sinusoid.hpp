@@ -12,6 +12,12 @@
 
 namespace exactjit {
 
+/// Stable op codes (OpCode, codegen/kernel_spec.hpp).
+namespace Op {
+inline constexpr OpCode TimestepSinusoid{4};
+inline constexpr OpCode TimestepSinusoidBackward{11};
+}  // namespace Op
+
 struct SinusoidParams {
   double max_period = 10000;
   bool flip_sin_to_cos = true;
@@ -29,7 +35,7 @@ struct TimestepSinusoidArgs {
 llvm::Expected<LaunchPlan> plan_timestep_sinusoid(const TimestepSinusoidArgs& args);
 
 /// The fp32 kernel of `channels` channels: the forward, or its backward with op = TimestepSinusoidBackward.
-KernelSpec timestep_sinusoid_spec(int64_t channels, Op op = Op::TimestepSinusoid);
+KernelSpec timestep_sinusoid_spec(int64_t channels, OpCode op = Op::TimestepSinusoid);
 
 /// max_period finite and > 0, shift and scale finite; errors name `op`.
 llvm::Error check_sinusoid_params(std::string_view op, const SinusoidParams& params);

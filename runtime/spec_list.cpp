@@ -60,7 +60,7 @@ bool write_all(int fd, const std::string& text) {
 // recorded then still prewarm; only that exact text is accepted.
 std::optional<KernelSpec> parse_codegen5_spec(llvm::StringRef line) {
   const auto [name, rest] = line.split(' ');
-  const std::optional<Op> op = parse_op(std::string_view(name.data(), name.size()));
+  const std::optional<OpCode> op = parse_op(std::string_view(name.data(), name.size()));
   if (!op) return std::nullopt;
   const SpecShape shape = op_row(*op).shape;
   if (shape != SpecShape::Channels && shape != SpecShape::Plan) return std::nullopt;

@@ -7,6 +7,9 @@
 #include "runtime/device_buffer.hpp"
 #include "runtime/errors.hpp"
 #include "templates/numerics.cuh"
+#include "kernels/adaln_row_gather.hpp"
+#include "kernels/gate_residual.hpp"
+#include "kernels/rms_norm.hpp"
 
 #include <fmt/format.h>
 
@@ -64,7 +67,7 @@ llvm::Expected<CaseOutcome> run_gate_residual_case(Runtime& runtime, int device_
   const DLTensor t_index = device_tensor(*d_index, 0, device_id, 1, index_shape, nullptr, dl_index(c.index));
 
   CaseOutcome outcome;
-  outcome.launch = runtime.gate_residual(t_residual, t_gate, t_index, t_y, t_out, nullptr);
+  outcome.launch = runtime.launch(plan_gate_residual({t_residual, t_gate, t_index, t_y, t_out}), nullptr);
   outcome.sync = runtime.synchronize(device_id, nullptr);
   if (!outcome.launch.ok()) {
     outcome.detail = "launch failed: " + outcome.launch.message();
@@ -120,7 +123,7 @@ llvm::Expected<CaseOutcome> run_adaln_row_gather_case(Runtime& runtime, int devi
   const DLTensor t_out = device_tensor(*d_out, shift * elem, device_id, 3, out_shape, nullptr, dl_dtype(c.dtype));
 
   CaseOutcome outcome;
-  outcome.launch = runtime.adaln_row_gather(t_rows, t_ti, t_tags, t_out, nullptr);
+  outcome.launch = runtime.launch(plan_adaln_row_gather({t_rows, t_ti, t_tags, t_out}), nullptr);
   outcome.sync = runtime.synchronize(device_id, nullptr);
   if (!outcome.launch.ok()) {
     outcome.detail = "launch failed: " + outcome.launch.message();
@@ -184,9 +187,10 @@ llvm::Expected<CaseOutcome> run_rms_norm_case(Runtime& runtime, int device_id, c
   const DLTensor t_rstd = device_tensor(*d_rstd, 0, device_id, 2, rstd_shape, nullptr, DLDataType{kDLFloat, 32, 1});
 
   CaseOutcome outcome;
-  outcome.launch = runtime.rms_norm(t_x, c.weighted ? &t_weight : nullptr, modulated ? &t_shift : nullptr,
-                                    modulated ? &t_scale : nullptr, modulated ? &t_index : nullptr, t_out, &t_rstd,
-                                    1e-5, nullptr);
+  outcome.launch = runtime.launch(
+      plan_rms_norm({t_x, c.weighted ? &t_weight : nullptr, modulated ? &t_shift : nullptr,
+                     modulated ? &t_scale : nullptr, modulated ? &t_index : nullptr, t_out, &t_rstd, 1e-5}),
+      nullptr);
   outcome.sync = runtime.synchronize(device_id, nullptr);
   if (!outcome.launch.ok()) {
     outcome.detail = "launch failed: " + outcome.launch.message();

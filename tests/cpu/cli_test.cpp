@@ -1,9 +1,10 @@
 // The exactjit command: every subcommand, its output, its exit codes (0 ok, 1 failed, 2 usage).
 #include "codegen/op_row.hpp"
-#include "support/test_support.hpp"
 #include "kernels/catalog.hpp"
+#include "kernels/gate_residual.hpp"
 #include "kernels/op_families.hpp"
 #include "runtime/environment.hpp"
+#include "support/test_support.hpp"
 
 #include <fmt/format.h>
 
@@ -524,7 +525,7 @@ TEST(Cli, HelpListsEveryOpFamilyAndEveryEnvironmentVariable) {
   for (const OpFamily& family : op_families()) {
     EXPECT_NE(help.find(std::string(family.name)), std::string::npos) << family.name;
     std::string listed;
-    for (Op op : family.kernels) listed += (listed.empty() ? "[" : " ") + std::string(op_name(op));
+    for (OpCode op : family.kernels) listed += (listed.empty() ? "[" : " ") + std::string(op_name(op));
     EXPECT_NE(help.find(listed + "] "), std::string::npos) << listed;
     kernels += family.kernels.size();
   }

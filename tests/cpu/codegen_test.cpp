@@ -3,6 +3,7 @@
 #include "codegen/geometry.hpp"
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
+#include "kernels/gate_residual.hpp"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,16 @@
 // failure names the spec and carries NVRTC's log and the options.
 #include "codegen/geometry.hpp"
 #include "codegen/render.hpp"
+#include "kernels/adaln_row_gather.hpp"
+#include "kernels/adaln_row_gather_backward.hpp"
 #include "kernels/catalog.hpp"
+#include "kernels/gate_residual.hpp"
+#include "kernels/gate_residual_backward.hpp"
+#include "kernels/gate_residual_rms_norm.hpp"
+#include "kernels/rms_norm.hpp"
+#include "kernels/rms_norm_backward.hpp"
+#include "kernels/segment_plan.hpp"
+#include "kernels/timestep_sinusoid.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/nvrtc.hpp"
 #include "support/ptx.hpp"
@@ -71,7 +80,7 @@ size_t float_instructions(const std::string& ptx) {
   return n;
 }
 
-std::vector<KernelSpec> catalog_of(Op op) {
+std::vector<KernelSpec> catalog_of(OpCode op) {
   std::vector<KernelSpec> specs;
   for (const KernelSpec& spec : default_catalog(Target{90, false}))
     if (spec.op == op) specs.push_back(spec);
@@ -173,7 +182,7 @@ TEST(PtxAudit, SinusoidUsesOnlyLibdevicePreciseMath) {
 // (fixed_order_sum.cuh); no approximate or flush-to-zero arithmetic except what libdevice's
 // precise sinf/cosf/expf contain.
 TEST(PtxAudit, BackwardKernelsFuseOnlyWhatTheyWrite) {
-  for (Op op : {Op::GateResidualBackward, Op::AdalnRowGatherBackward, Op::RmsNormTableGrad, Op::RmsNormWeightGrad,
+  for (OpCode op : {Op::GateResidualBackward, Op::AdalnRowGatherBackward, Op::RmsNormTableGrad, Op::RmsNormWeightGrad,
                 Op::SegmentCount, Op::SegmentScan, Op::SegmentScatter, Op::SegmentFold}) {
     for (const KernelSpec& spec : catalog_of(op)) {
       auto ptx = nvrtc().ptx(codegen::render(spec));

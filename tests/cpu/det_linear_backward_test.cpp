@@ -29,6 +29,7 @@
 
 #include "templates/numerics.cuh"
 #include "templates/fixed_order_sum.cuh"
+#include "kernels/segment_plan.hpp"
 
 namespace exactjit {
 namespace {
@@ -74,7 +75,7 @@ TEST(DetLinearBf16BackwardValidation, PlansTheInputPassAndTheFold) {
       ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
       ASSERT_EQ(sequence->count, 2);
       const DType grad_dtype = g.code == kDLBfloat ? DType::BF16 : DType::F32;
-      const Op ops[] = {Op::DetLinearInputGrad, Op::DetLinearInputFold};
+      const OpCode ops[] = {Op::DetLinearInputGrad, Op::DetLinearInputFold};
       for (int i = 0; i < 2; ++i) {
         const KernelSpec& spec = sequence->steps[i].spec;
         EXPECT_EQ(spec.op, ops[i]);
@@ -248,13 +249,13 @@ TEST(DetLinearBf16BackwardValidation, Fp32PathIsUnchanged) {
 
 // ---- specs, catalog ----
 
-constexpr Op kOps[] = {Op::DetLinearInputGrad, Op::DetLinearInputFold, Op::DetLinearWeightGrad};
+constexpr OpCode kOps[] = {Op::DetLinearInputGrad, Op::DetLinearInputFold, Op::DetLinearWeightGrad};
 
 // The default catalog's projection backwards: both shapes and gradient dtypes, every row tile.
 std::vector<KernelSpec> projection_specs() {
   std::vector<KernelSpec> specs;
   for (int64_t n : {kBlockN, kFinalN})
-    for (Op op : kOps)
+    for (OpCode op : kOps)
       for (DType grad : {DType::BF16, DType::F32})
         for (int rows : det_linear_backward_row_tiles(DType::BF16, op))
           specs.push_back(det_linear_backward_spec(DType::BF16, kK, n, true, op, grad, rows));
@@ -280,7 +281,7 @@ TEST(DetLinearBf16BackwardSpec, CatalogHasTheProjectionBackwardsForEveryT) {
 
 // An --op prewarm (spec_family) builds every row tile of the partials and weight grad.
 TEST(DetLinearBf16BackwardSpec, FamilyHasEveryRowTile) {
-  for (Op op : kOps) {
+  for (OpCode op : kOps) {
     const std::vector<KernelSpec> family = spec_family(op, linear_sizes(DType::BF16, kK, kBlockN), Target{90, false});
     const size_t tiles = op == Op::DetLinearInputFold ? 1 : op == Op::DetLinearInputGrad ? 5 : 4;
     EXPECT_EQ(family.size(), 2 * 2 * tiles) << op_name(op);  // activations x gradient dtypes x row tiles
@@ -295,7 +296,7 @@ TEST(DetLinearBf16BackwardSpec, RowTileIsOneOfTheCompiledTiles) {
     llvm::Error err = validate_spec(spec);
     return err ? take_error(std::move(err)).message : std::string("accepted");
   };
-  for (Op op : {Op::DetLinearInputGrad, Op::DetLinearWeightGrad}) {
+  for (OpCode op : {Op::DetLinearInputGrad, Op::DetLinearWeightGrad}) {
     const KernelSpec spec = det_linear_backward_spec(DType::BF16, kK, kBlockN, true, op, DType::BF16, 1);
     const bool input_pass = op == Op::DetLinearInputGrad;
     for (int tile : input_pass ? std::vector<int>{1, 2, 3, 4, 8} : std::vector<int>{1, 2, 4, 8})
@@ -385,7 +386,7 @@ TEST(DetLinearBf16BackwardSpec, GradDtypeNamesTheKernel) {
 struct Written {
   size_t fma = 0, loop_copy_fma = 0, sub = 0, expf = 0, async_copies = 0, stores_v4 = 0;
 };
-Written written(Op op, bool silu, size_t slots) {
+Written written(OpCode op, bool silu, size_t slots) {
   Written w;
   switch (op) {
     case Op::DetLinearInputGrad:
@@ -414,7 +415,7 @@ Written written(Op op, bool silu, size_t slots) {
 // instructions of its own R row slots only.
 TEST(DetLinearBf16BackwardPtx, IsTheWrittenChainsAndCompensatedSumsOfItsRowSlots) {
   std::vector<KernelSpec> specs = projection_specs();
-  for (Op op : kOps)
+  for (OpCode op : kOps)
     for (bool silu : {false, true})
       for (int rows : det_linear_backward_row_tiles(DType::BF16, op)) {
         const KernelSpec spec = det_linear_backward_spec(DType::BF16, kK, kBlockN, silu, op, DType::BF16, rows);

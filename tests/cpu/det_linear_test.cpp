@@ -3,11 +3,12 @@
 // the planner's rules, and the fp32 host model against a long-double dot product.
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
-#include "runtime/kernel_cache.hpp"
 #include "kernels/det_linear.hpp"
 #include "kernels/det_linear_backward.hpp"
 #include "kernels/host_model.hpp"
+#include "kernels/segment_plan.hpp"
 #include "runtime/errors.hpp"
+#include "runtime/kernel_cache.hpp"
 #include "runtime/nvrtc.hpp"
 #include "support/fake_tensor.hpp"
 #include "support/ptx.hpp"

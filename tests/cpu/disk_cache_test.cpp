@@ -12,6 +12,7 @@
 
 #include "runtime/bounded_input.hpp"
 #include "runtime/content_key.hpp"
+#include "kernels/gate_residual.hpp"
 
 #include <llvm/Support/FileSystem.h>
 #include <llvm/Support/Path.h>

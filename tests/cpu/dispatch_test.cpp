@@ -5,10 +5,13 @@
 // The per-stream device error records too: a report a kernel left in a stream's host mirror fails
 // the next call on that stream, without a synchronisation, and no call on another stream.
 // Its own process: the driver is loaded once per process, and here it must be the fake.
+#include "api/runtime.hpp"
 #include "codegen/kernel_spec.hpp"
 #include "codegen/op_row.hpp"
 #include "exactjit/exactjit.h"
-#include "api/runtime.hpp"
+#include "kernels/adaln_row_gather.hpp"
+#include "kernels/det_linear.hpp"
+#include "kernels/gate_residual.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/device_errors.hpp"
 #include "runtime/driver.hpp"
@@ -100,7 +103,9 @@ struct GateResidualCall {
   FakeTensor y{4 * GiB, {1, H}, kBF16};
   FakeTensor out{5 * GiB, {1, H}, kBF16};
 
-  Status run(Runtime& runtime) { return runtime.gate_residual(residual.t, gate.t, index.t, y.t, out.t, nullptr); }
+  Status run(Runtime& runtime) {
+    return runtime.launch(plan_gate_residual({residual.t, gate.t, index.t, y.t, out.t}), nullptr);
+  }
   exactjit_status_t run(xj_runtime* runtime) {
     return xj_gate_residual(runtime, &residual.t, &gate.t, &index.t, &y.t, &out.t, nullptr);
   }
@@ -196,7 +201,10 @@ TEST_F(DispatchTest, SharedMemoryIsOptedIntoOnceAtFirstLoad) {
   FakeTensor x{1 * GiB, {3, 2688}, kF32}, w{2 * GiB, {18 * H, 2688}, kBF16}, b{3 * GiB, {18 * H}, kBF16},
       out{4 * GiB, {3, 18 * H}, kBF16};
   Runtime runtime(options());
-  const auto projection = [&] { return runtime.det_linear(x.t, w.t, &b.t, out.t, nullptr, true, nullptr).ok(); };
+  const auto projection = [&] {
+    return runtime.launch(plan_det_linear({x.t, w.t, &b.t, out.t, nullptr, true}, runtime.traits(x.t.device)), nullptr)
+        .ok();
+  };
   const DriverCalls first = driver_calls_of(projection);
   EXPECT_EQ(first.count("cuFuncSetAttribute") ? first.at("cuFuncSetAttribute") : 0, 1);
   EXPECT_EQ(first.at("cuLaunchKernel"), 1);
@@ -226,7 +234,8 @@ TEST_F(DispatchTest, ADeviceOlderThanTheKernelNeedsIsTheRuleNotACompileError) {
   RuntimeOptions turing = options();
   turing.arch = "sm_75";
   Runtime runtime(turing);
-  status = runtime.det_linear(x.t, w.t, nullptr, out.t, nullptr, false, nullptr);
+  status =
+      runtime.launch(plan_det_linear({x.t, w.t, nullptr, out.t, nullptr, false}, runtime.traits(x.t.device)), nullptr);
   EXPECT_EQ(status.code(), XJ_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(status.message().find("needs sm_80 or newer (bf16 tensor-core mma; the target is sm_75)"), std::string::npos)
       << status.message();
@@ -248,7 +257,9 @@ TEST_F(DispatchTest, RuntimesInSeveralThreadsRecordEachUsedSpecOnce) {
       FakeTensor index32{3 * GiB, {1}, test::kI32};
       for (int repeat = 0; repeat < 3; ++repeat) {
         const DLTensor& index = t % 2 ? index32.t : mine.index.t;
-        failures += !runtime.gate_residual(mine.residual.t, mine.gate.t, index, mine.y.t, mine.out.t, nullptr).ok();
+        failures +=
+            !runtime.launch(plan_gate_residual({mine.residual.t, mine.gate.t, index, mine.y.t, mine.out.t}), nullptr)
+                 .ok();
       }
     });
   for (std::thread& thread : threads) thread.join();
@@ -275,7 +286,7 @@ TEST_F(DispatchTest, RecordPrewarmThenRunOfflineWithZeroMisses) {
   auto workload = [&](Runtime& runtime) {
     const Status first = call.run(runtime);
     if (!first.ok()) return first;
-    return runtime.gate_residual(call.residual.t, call.gate.t, index32.t, call.y.t, call.out.t, nullptr);
+    return runtime.launch(plan_gate_residual({call.residual.t, call.gate.t, index32.t, call.y.t, call.out.t}), nullptr);
   };
   RuntimeOptions recording = options();
   recording.record_manifest = list;
@@ -303,8 +314,8 @@ TEST_F(DispatchTest, RecordPrewarmThenRunOfflineWithZeroMisses) {
   const Status served = workload(runtime);
   EXPECT_TRUE(served.ok()) << served.message();
   FakeTensor final_norm_gate{2 * GiB, {9, H}, kBF16, {2 * H, 1}};  // a table stride nobody recorded
-  const Status miss =
-      runtime.gate_residual(call.residual.t, final_norm_gate.t, call.index.t, call.y.t, call.out.t, nullptr);
+  const Status miss = runtime.launch(
+      plan_gate_residual({call.residual.t, final_norm_gate.t, call.index.t, call.y.t, call.out.t}), nullptr);
   EXPECT_EQ(miss.code(), XJ_ERROR_OFFLINE_MISS);
   EXPECT_NE(miss.message().find("exactjit prewarm --op gate_residual --hidden 5376 --dtype bf16 --table-stride 10752"),
             std::string::npos)
@@ -330,8 +341,8 @@ TEST_F(DispatchTest, AMalformedEnvironmentFailsRuntimeCreation) {
 }
 
 /// Writes a report into a record's host mirror as templates/error_record.cuh's report_bad_index does.
-void report_as_a_kernel_would(DeviceErrorRecord* mirror, Op op, int64_t position, int64_t value, int64_t bound) {
-  mirror->op = op_row(op).code;
+void report_as_a_kernel_would(DeviceErrorRecord* mirror, OpCode op, int64_t position, int64_t value, int64_t bound) {
+  mirror->op = op_code(op);
   mirror->position = position;
   mirror->value = value;
   mirror->bound = bound;
@@ -389,7 +400,8 @@ TEST_F(DispatchTest, StreamsBeyondTheSlabShareTheLastRecord) {
 TEST_F(DispatchTest, AnOpCallFailsOnABadIndexPendingOnItsStreamAndLaunchesNothing) {
   Runtime runtime(options());
   auto run_on = [&](CUstream stream) {
-    return runtime.gate_residual(call.residual.t, call.gate.t, call.index.t, call.y.t, call.out.t, stream);
+    return runtime.launch(plan_gate_residual({call.residual.t, call.gate.t, call.index.t, call.y.t, call.out.t}),
+                          stream);
   };
   ASSERT_TRUE(run_on(kStreamA).ok());  // the device's records are created: slot 0 is stream A's
   auto* mirrors = static_cast<DeviceErrorRecord*>(fake_cuda().last_host_allocation());

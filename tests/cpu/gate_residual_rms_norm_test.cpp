@@ -174,10 +174,11 @@ TEST(GateResidualRmsNormBackwardValidation, AddsTheResidualGradientThenRunsBothP
   auto sequence = call.plan();
   ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
   // The table-grad tiles add d_shift, d_scale and d_weight in one pass; three folds.
-  const Op expected[] = {Op::SegmentCount,     Op::SegmentScan,  Op::SegmentScatter, Op::GateResidualRmsNormBackward,
-                         Op::RmsNormTableGrad, Op::SegmentFold,  Op::SegmentFold,    Op::SegmentFold,
-                         Op::SegmentCount,     Op::SegmentScan,  Op::SegmentScatter, Op::GateResidualBackward,
-                         Op::SegmentFold};
+  const OpCode expected[] = {Op::SegmentCount,     Op::SegmentScan,    Op::SegmentScatter,
+                             Op::GateResidualRmsNormBackward, Op::RmsNormTableGrad, Op::SegmentFold,
+                             Op::SegmentFold,      Op::SegmentFold,    Op::SegmentCount,
+                             Op::SegmentScan,      Op::SegmentScatter, Op::GateResidualBackward,
+                             Op::SegmentFold};
   ASSERT_EQ(sequence->count, 13);
   for (int k = 0; k < 13; ++k) EXPECT_EQ(sequence->steps[k].spec.op, expected[k]) << k;
   const LaunchPlan& dx = sequence->steps[3];

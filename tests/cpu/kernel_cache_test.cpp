@@ -3,6 +3,7 @@
 // fresh process that finds its kernel on disk never loads NVRTC.
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
+#include "kernels/gate_residual.hpp"
 #include "runtime/disk_cache.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/kernel_cache.hpp"

@@ -166,8 +166,8 @@ TEST(GateResidualBackwardValidation, PlansPlanTilesAndFold) {
   auto sequence = call.plan();
   ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
   ASSERT_EQ(sequence->count, 5);
-  const Op expected[] = {Op::SegmentCount, Op::SegmentScan, Op::SegmentScatter, Op::GateResidualBackward,
-                         Op::SegmentFold};
+  const OpCode expected[] = {Op::SegmentCount, Op::SegmentScan, Op::SegmentScatter, Op::GateResidualBackward,
+                             Op::SegmentFold};
   for (int i = 0; i < 5; ++i) EXPECT_EQ(sequence->steps[i].spec.op, expected[i]) << i;
   EXPECT_EQ(sequence->steps[3].spec.vec, 8);
   EXPECT_EQ(sequence->steps[3].spec.table_stride, 6 * H);
@@ -246,8 +246,8 @@ TEST(RmsNormBackwardValidation, ModulatedCallPlansEveryGradient) {
   auto sequence = plan_rms_norm_backward(
       {grad.t, x.t, nullptr, &scale.t, &index.t, rstd.t, 1e-5, &dx.t, nullptr, &dshift.t, &dscale.t, &workspace.t});
   ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
-  const Op expected[] = {Op::SegmentCount, Op::SegmentScan,       Op::SegmentScatter, Op::RmsNormBackward,
-                         Op::RmsNormTableGrad, Op::SegmentFold, Op::SegmentFold};
+  const OpCode expected[] = {Op::SegmentCount,     Op::SegmentScan, Op::SegmentScatter, Op::RmsNormBackward,
+                             Op::RmsNormTableGrad, Op::SegmentFold, Op::SegmentFold};
   ASSERT_EQ(sequence->count, 7);
   for (int i = 0; i < 7; ++i) EXPECT_EQ(sequence->steps[i].spec.op, expected[i]) << i;
   EXPECT_EQ(sequence->steps[3].grid, 14u);  // dx: one row per block

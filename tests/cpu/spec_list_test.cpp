@@ -2,6 +2,7 @@
 // a well-formed list with each spec once; the reader refuses what is not a spec list, naming the
 // line, and deduplicates what a lock-less writer may repeat.
 #include "kernels/catalog.hpp"
+#include "kernels/gate_residual.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/spec_list.hpp"
 #include "support/test_support.hpp"

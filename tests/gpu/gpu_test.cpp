@@ -2,14 +2,20 @@
 // dtypes, index types, vector paths, table views and shapes; the bad-index path (reported with the
 // op's name, context still usable); launch-time argument errors. Every test skips cleanly when no
 // CUDA driver or GPU is present.
-#include "selftest/selftest.hpp"
-#include "selftest/support.hpp"
 #include "kernels/det_linear.hpp"
+#include "kernels/det_linear_backward.hpp"
+#include "kernels/gate_residual.hpp"
+#include "kernels/gate_residual_backward.hpp"
+#include "kernels/gate_residual_rms_norm.hpp"
 #include "kernels/host_model.hpp"
-#include "templates/numerics.cuh"
+#include "kernels/rms_norm.hpp"
+#include "kernels/rms_norm_backward.hpp"
 #include "runtime/device_buffer.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/errors.hpp"
+#include "selftest/selftest.hpp"
+#include "selftest/support.hpp"
+#include "templates/numerics.cuh"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -64,7 +70,8 @@ class Gpu : public ::testing::Test {
       const DLTensor t_x = device_tensor(*d_x, 0, 0, 2, x_shape, nullptr, dl_dtype(DType::F32));
       const DLTensor t_out = device_tensor(*d_out, 0, 0, 2, out_shape, nullptr, dl_dtype(dtype));
       const DLTensor t_pre = device_tensor(*d_pre, 0, 0, 2, out_shape, nullptr, dl_dtype(DType::F32));
-      const Status status = runtime().det_linear(t_x, t_w, &t_b, t_out, &t_pre, silu, nullptr);
+      const Status status = runtime().launch(
+          plan_det_linear({t_x, t_w, &t_b, t_out, &t_pre, silu}, runtime().traits(t_x.device)), nullptr);
       ASSERT_TRUE(status.ok()) << status.message();
       ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
       out.resize(static_cast<size_t>(rows * N) * out_elem);
@@ -138,7 +145,8 @@ class Gpu : public ::testing::Test {
       const DLTensor t_x = device_tensor(*d_x, 0, 0, 2, x_shape, nullptr, dl_dtype(DType::F32));
       const DLTensor t_out = device_tensor(*d_out, 0, 0, 2, out_shape, nullptr, dl_dtype(DType::BF16));
       const DLTensor t_pre = device_tensor(*d_pre, 0, 0, 2, out_shape, nullptr, dl_dtype(DType::F32));
-      const Status status = rt.det_linear(t_x, t_w, &t_b, t_out, &t_pre, silu, nullptr);
+      const Status status =
+          rt.launch(plan_det_linear({t_x, t_w, &t_b, t_out, &t_pre, silu}, rt.traits(t_x.device)), nullptr);
       ASSERT_TRUE(status.ok()) << status.message();
       ASSERT_TRUE(rt.synchronize(0, nullptr).ok());
       out.resize(static_cast<size_t>(rows * N) * 6);
@@ -243,7 +251,7 @@ TEST_F(Gpu, BadIndexFailsTheNextCallOnItsStreamOnly) {
   const DLTensor bad_index = device_tensor(*d_bad, 0, 0, 1, index_shape, nullptr, dl_index(IndexType::I64));
   const DLTensor out = device_tensor(*d_out, 0, 0, 2, shape, nullptr, dl_dtype(DType::BF16));
   auto call = [&](const DLTensor& index, CUstream stream) {
-    return runtime().gate_residual(residual, gate, index, residual, out, stream);
+    return runtime().launch(plan_gate_residual({residual, gate, index, residual, out}), stream);
   };
   const CUstream mine = CU_STREAM_PER_THREAD, other = nullptr;
   auto context = primary_context(**driver, 0);
@@ -415,7 +423,7 @@ TEST_F(Gpu, GateResidualRmsNormEqualsItsTwoOpsBitwise) {
         const std::vector<uint8_t> zero_grads(static_cast<size_t>((3 * R + 1) * hidden) * elem, 0);
         DeviceBuffer* grads[2] = {arena->upload(zero_grads, zero_grads.size()),
                                   arena->upload(zero_grads, zero_grads.size())};
-        const int64_t ws_bytes = gate_residual_rms_norm_backward_workspace_bytes(rows, seq, R, hidden, weighted, modulated);
+        const int64_t ws_bytes = gate_residual_rms_norm_backward_workspace(rows, seq, R, hidden, weighted, modulated);
         ASSERT_GT(ws_bytes, 0);
         DeviceBuffer* d_ws = arena->upload({}, static_cast<size_t>(ws_bytes));
         ASSERT_FALSE(static_cast<bool>(arena->take_error()));
@@ -451,29 +459,35 @@ TEST_F(Gpu, GateResidualRmsNormEqualsItsTwoOpsBitwise) {
         const DLTensor* w = weighted ? &weight : nullptr;
         const double eps = 1e-6;
         // Forward: fused, then the two ops.
-        Status status = runtime().gate_residual_rms_norm(residual, gate, index, y, w, modulated ? &shift : nullptr,
-                                                         modulated ? &scale : nullptr, t_h[0], t_out[0], &t_rstd[0],
-                                                         eps, nullptr);
+        Status status = runtime().launch(
+            plan_gate_residual_rms_norm({residual, gate, index, y, w, modulated ? &shift : nullptr,
+                                         modulated ? &scale : nullptr, t_h[0], t_out[0], &t_rstd[0], eps}),
+            nullptr);
         ASSERT_TRUE(status.ok()) << name << ": " << status.message();
-        status = runtime().gate_residual(residual, gate, index, y, t_h[1], nullptr);
+        status = runtime().launch(plan_gate_residual({residual, gate, index, y, t_h[1]}), nullptr);
         ASSERT_TRUE(status.ok()) << status.message();
-        status = runtime().rms_norm(t_h[1], w, modulated ? &shift : nullptr, modulated ? &scale : nullptr,
-                                    modulated ? &index : nullptr, t_out[1], &t_rstd[1], eps, nullptr);
+        status = runtime().launch(plan_rms_norm({t_h[1], w, modulated ? &shift : nullptr, modulated ? &scale : nullptr,
+                                                 modulated ? &index : nullptr, t_out[1], &t_rstd[1], eps}),
+                                  nullptr);
         ASSERT_TRUE(status.ok()) << status.message();
         // Backward: fused, then the two ops with the residual gradient added on the host.
-        status = runtime().gate_residual_rms_norm_backward(
-            grad_out, with_grad_h ? &grad_h : nullptr, t_h[0], y, gate, index, w, modulated ? &scale : nullptr,
-            t_rstd[0], eps, t_dres[0], &t_dy[0], &t_dgate[0], weighted ? &t_dweight[0] : nullptr,
-            modulated ? &t_dshift[0] : nullptr, modulated ? &t_dscale[0] : nullptr, &workspace, nullptr);
+        status = runtime().launch(
+            plan_gate_residual_rms_norm_backward(
+                {grad_out, with_grad_h ? &grad_h : nullptr, t_h[0], y, gate, index, w, modulated ? &scale : nullptr,
+                 t_rstd[0], eps, t_dres[0], &t_dy[0], &t_dgate[0], weighted ? &t_dweight[0] : nullptr,
+                 modulated ? &t_dshift[0] : nullptr, modulated ? &t_dscale[0] : nullptr, &workspace}),
+            nullptr);
         ASSERT_TRUE(status.ok()) << name << ": " << status.message();
         ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
-        const int64_t norm_ws = rms_norm_backward_workspace_bytes(rows, seq, modulated ? R : 0, hidden, weighted);
+        const int64_t norm_ws = rms_norm_backward_workspace(rows, seq, modulated ? R : 0, hidden, weighted);
         int64_t norm_ws_shape[1] = {std::max<int64_t>(norm_ws, 1)};
         const DLTensor norm_workspace = device_tensor(*d_ws, 0, 0, 1, norm_ws_shape, nullptr, DLDataType{kDLUInt, 8, 1});
-        status = runtime().rms_norm_backward(grad_out, t_h[1], w, modulated ? &scale : nullptr,
-                                             modulated ? &index : nullptr, t_rstd[1], eps, &t_dres[1],
-                                             weighted ? &t_dweight[1] : nullptr, modulated ? &t_dshift[1] : nullptr,
-                                             modulated ? &t_dscale[1] : nullptr, &norm_workspace, nullptr);
+        status = runtime().launch(
+            plan_rms_norm_backward({grad_out, t_h[1], w, modulated ? &scale : nullptr, modulated ? &index : nullptr,
+                                    t_rstd[1], eps, &t_dres[1], weighted ? &t_dweight[1] : nullptr,
+                                    modulated ? &t_dshift[1] : nullptr, modulated ? &t_dscale[1] : nullptr,
+                                    &norm_workspace}),
+            nullptr);
         ASSERT_TRUE(status.ok()) << status.message();
         ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
         std::vector<uint8_t> sum(act), g_h(act);
@@ -497,10 +511,11 @@ TEST_F(Gpu, GateResidualRmsNormEqualsItsTwoOpsBitwise) {
         DeviceBuffer* d_sum = arena->upload(sum, act);
         ASSERT_FALSE(static_cast<bool>(arena->take_error()));
         const DLTensor t_sum = act_tensor(d_sum);
-        const int64_t gate_ws = gate_residual_backward_workspace_bytes(rows, seq, R, hidden);
+        const int64_t gate_ws = gate_residual_backward_workspace(rows, seq, R, hidden);
         int64_t gate_ws_shape[1] = {gate_ws};
         const DLTensor gate_workspace = device_tensor(*d_ws, 0, 0, 1, gate_ws_shape, nullptr, DLDataType{kDLUInt, 8, 1});
-        status = runtime().gate_residual_backward(t_sum, gate, index, y, &t_dy[1], &t_dgate[1], &gate_workspace, nullptr);
+        status = runtime().launch(
+            plan_gate_residual_backward({t_sum, gate, index, y, &t_dy[1], &t_dgate[1], &gate_workspace}), nullptr);
         ASSERT_TRUE(status.ok()) << status.message();
         ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
 
@@ -574,8 +589,8 @@ TEST_F(Gpu, GateResidualRmsNormReportsABadIndexByName) {
   const DLTensor index = device_tensor(*d_index, 0, 0, 1, index_shape, nullptr, dl_index(IndexType::I64));
   const DLTensor h = device_tensor(*d_h, 0, 0, 2, act_shape, nullptr, bf16);
   const DLTensor out = device_tensor(*d_out, 0, 0, 2, act_shape, nullptr, bf16);
-  Status status = runtime().gate_residual_rms_norm(x, table, index, x, nullptr, nullptr, nullptr, h, out, nullptr,
-                                                   1e-6, nullptr);
+  Status status = runtime().launch(
+      plan_gate_residual_rms_norm({x, table, index, x, nullptr, nullptr, nullptr, h, out, nullptr, 1e-6}), nullptr);
   ASSERT_TRUE(status.ok()) << status.message();
   status = runtime().synchronize(0, nullptr);
   EXPECT_FALSE(status.ok());
@@ -643,7 +658,7 @@ TEST_F(Gpu, DetLinearBackwardMatchesTheModel) {
   Generator gen{21};
   std::vector<uint8_t> g = random_storage(gen, DType::F32, T * N, false), pre = random_storage(gen, DType::F32, T * N, false);
   std::vector<uint8_t> x = random_storage(gen, DType::F32, T * K, false), w = random_storage(gen, DType::F32, N * K, false);
-  const int64_t ws_bytes = det_linear_backward_workspace_bytes(T, K, N);
+  const int64_t ws_bytes = det_linear_backward_workspace(T, K, N);
   auto arena = DeviceArena::open(0);
   ASSERT_TRUE(static_cast<bool>(arena)) << llvm::toString(arena.takeError());
   DeviceBuffer* d_g = arena->upload(g, g.size());
@@ -665,7 +680,8 @@ TEST_F(Gpu, DetLinearBackwardMatchesTheModel) {
   for (bool silu : {false, true}) {
     std::vector<float> got[2][3];
     for (int run = 0; run < 2; ++run) {
-      const Status status = runtime().det_linear_backward(t_g, &t_pre, t_x, t_w, &t_in, &t_dw, &t_db, &t_ws, silu, nullptr);
+      const Status status = runtime().launch(
+          plan_det_linear_backward({t_g, &t_pre, t_x, t_w, &t_in, &t_dw, &t_db, &t_ws, silu}), nullptr);
       ASSERT_TRUE(status.ok()) << status.message();
       ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
       got[run][0].resize(T * K);
@@ -735,7 +751,7 @@ TEST_F(Gpu, DetLinearBf16BackwardMatchesTheModel) {
     for (int64_t i = 0; i < kMaxT * N; ++i) reinterpret_cast<xj::bf16*>(g16.data())[i] = xj::round_to<xj::bf16>(g32f[i]);
     const std::vector<uint8_t> temb = random_storage(gen, DType::F32, kMaxT * K, false);
     const std::vector<uint8_t> w = random_storage(gen, DType::BF16, N * K, false);
-    const int64_t ws_bytes = det_linear_backward_workspace_bytes(kMaxT, K, N);
+    const int64_t ws_bytes = det_linear_backward_workspace(kMaxT, K, N);
     auto arena = DeviceArena::open(0);
     ASSERT_TRUE(static_cast<bool>(arena)) << llvm::toString(arena.takeError());
     DeviceBuffer* d_g32 = arena->upload(g32, g32.size());
@@ -776,15 +792,15 @@ TEST_F(Gpu, DetLinearBf16BackwardMatchesTheModel) {
           for (int run = 0; run < 3; ++run) {
             for (DeviceBuffer* out : {d_in, d_dw, d_db}) ASSERT_FALSE(static_cast<bool>(out->fill(0xFF)));
             if (run < 2) {
-              const Status status = runtime().det_linear_backward(g, nullptr, t_temb, t_w, &t_in, &t_dw, &t_db, &t_ws,
-                                                                  silu, nullptr);
+              const Status status = runtime().launch(
+                  plan_det_linear_backward({g, nullptr, t_temb, t_w, &t_in, &t_dw, &t_db, &t_ws, silu}), nullptr);
               ASSERT_TRUE(status.ok()) << status.message();
             } else {
-              const Status input = runtime().det_linear_backward(g, nullptr, t_temb, t_w, &t_in, nullptr, nullptr,
-                                                                 &t_ws, silu, nullptr);
+              const Status input = runtime().launch(
+                  plan_det_linear_backward({g, nullptr, t_temb, t_w, &t_in, nullptr, nullptr, &t_ws, silu}), nullptr);
               ASSERT_TRUE(input.ok()) << input.message();
-              const Status weight = runtime().det_linear_backward(g, nullptr, t_temb, t_w, nullptr, &t_dw, &t_db,
-                                                                  nullptr, silu, nullptr);
+              const Status weight = runtime().launch(
+                  plan_det_linear_backward({g, nullptr, t_temb, t_w, nullptr, &t_dw, &t_db, nullptr, silu}), nullptr);
               ASSERT_TRUE(weight.ok()) << weight.message();
             }
             ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());

@@ -5,6 +5,7 @@
 //   exactjit_cache_probe <dtype> <table_stride>    (gate_residual, H = 5376, int64, widest, sm_90)
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
+#include "kernels/gate_residual.hpp"
 #include "runtime/environment.hpp"
 #include "runtime/kernel_cache.hpp"
 #include "runtime/nvrtc.hpp"

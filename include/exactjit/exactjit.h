@@ -65,27 +65,39 @@ XJ_API const char* xj_runtime_info(xj_runtime* runtime);
  * "gate_residual dtype=bf16 hidden=5376 table_stride=32256 vec=8 index=int64 target=sm_90". */
 XJ_API exactjit_status_t xj_prewarm(xj_runtime* runtime, const char* spec);
 
-/* out = residual + gate[index[r mod S]] * y, bitwise equal to PyTorch eager (api/runtime.hpp). */
+/* out = residual + gate[index[r mod S]] * y with eager's roundings, bitwise equal to PyTorch eager.
+ * residual, y, out: (M, H) or (B, S, H) contiguous, one dtype (bf16, fp16, fp32); gate: (R, H) with
+ * unit column stride and row stride >= H; index: (S,) int32 or int64 with M % S == 0. out may be
+ * residual itself. `stream` is a CUstream of the tensors' device (NULL: the legacy default stream),
+ * for this and every op below. */
 XJ_API exactjit_status_t xj_gate_residual(xj_runtime* runtime, const DLTensor* residual,
                                           const DLTensor* gate, const DLTensor* index,
                                           const DLTensor* y, const DLTensor* out, void* stream);
 
-/* out[c, s, :] = rows[timestep_indices[s] * 3 + token_tags[s], cH:(c+1)H], c = 0..5 (api/runtime.hpp). */
+/* out[c, s, :] = rows[timestep_indices[s] * 3 + token_tags[s], cH:(c+1)H] for c = 0..5: the six
+ * AdaLN chunks of every position, bitwise equal to six index_selects. rows: (3T, 6H) with unit
+ * column stride and row stride >= 6H; both index tensors (S,) of one type (int32/int64); out:
+ * (6, S, H) contiguous in rows' dtype. */
 XJ_API exactjit_status_t xj_adaln_row_gather(xj_runtime* runtime, const DLTensor* rows,
                                              const DLTensor* timestep_indices, const DLTensor* token_tags,
                                              const DLTensor* out, void* stream);
 
-/* RMSNorm bitwise equal to PyTorch's, optionally AdaLN-modulated (api/runtime.hpp). weight, shift,
- * scale, index and rstd may be NULL (shift, scale and index together). */
+/* PyTorch's fused RMSNorm, bitwise, row by row: out = rT(w * (rstd * x)) (no w: rT(rstd * x)),
+ * rstd = rsqrt(mean(x^2) + eps) in PyTorch's reduction order. With shift, scale (R, H) table views
+ * of one row stride and index (S,), the AdaLN modulation follows in the same kernel:
+ * out = rT(rT(n * rT(1 + scale[i])) + shift[i]), i = index[r mod S]. x: (..., H) contiguous,
+ * H % 4 == 0, aligned to 4 elements; weight (H,); rstd (M,) float32. weight, shift, scale, index
+ * and rstd may be NULL (shift, scale and index together). */
 XJ_API exactjit_status_t xj_rms_norm(xj_runtime* runtime, const DLTensor* x, const DLTensor* weight,
                                      const DLTensor* shift, const DLTensor* scale, const DLTensor* index,
                                      const DLTensor* out, const DLTensor* rstd, double eps, void* stream);
 
 /* The gated residual feeding the next RMSNorm, in one kernel that reads residual and y once:
  * h = residual + gate[i] * y and out = RMSNorm(h, weight, eps) [* (1 + scale[i]) + shift[i]],
- * i = index[r mod S], each bitwise equal to its eager expression (api/runtime.hpp). weight, shift,
- * scale and rstd may be NULL; shift and scale come together and share the gate's rows, row stride
- * and index. */
+ * i = index[r mod S], each bitwise equal to its eager expression. The rules are both ops' (h is
+ * gate_residual's out and rms_norm's x), plus: residual, y and gate aligned to 4 elements, the
+ * gate's row stride a multiple of 4. weight, shift, scale and rstd may be NULL; shift and scale
+ * come together and share the gate's rows, row stride and index. */
 XJ_API exactjit_status_t xj_gate_residual_rms_norm(xj_runtime* runtime, const DLTensor* residual,
                                                    const DLTensor* gate, const DLTensor* index,
                                                    const DLTensor* y, const DLTensor* weight,
@@ -100,14 +112,20 @@ XJ_API exactjit_status_t xj_timestep_sinusoid(xj_runtime* runtime, const DLTenso
                                               double downscale_freq_shift, double scale, int check_range,
                                               void* stream);
 
-/* out = act(x @ weight^T + bias), fixed batch-invariant order (api/runtime.hpp). bias and
- * pre_activation may be NULL. */
+/* out = act(x @ weight^T + bias) in a fixed, batch-invariant order (docs/det_linear.md). x (T, K)
+ * float32; weight (N, K) float32 (fp32 fma chains; silu: SiLU on the output; out float32) or
+ * bfloat16 (tensor-core mma; silu: SiLU on x before its bf16 cast; out bfloat16, sm_80+); bias (N,)
+ * in the weight's dtype; pre_activation (T, N) float32. bias and pre_activation may be NULL. */
 XJ_API exactjit_status_t xj_det_linear(xj_runtime* runtime, const DLTensor* x, const DLTensor* weight,
                                        const DLTensor* bias, const DLTensor* out, const DLTensor* pre_activation,
                                        int silu, void* stream);
 
-/* det_linear backward, fp32 or bf16 weights, T <= 8 (api/runtime.hpp). Outputs may be NULL; the workspace
- * (det_linear_backward_workspace_bytes) is needed for d_input. */
+/* det_linear backward, T <= 8: d_input (T, K) float32, d_weight (N, K), d_bias (N,), each may be
+ * NULL; the workspace (xj_det_linear_backward_workspace_bytes) is needed for d_input. fp32 weights:
+ * grad float32, all outputs float32, pre_activation the forward's (required with silu). bf16
+ * weights (the AdaLN projection): x is temb (float32, before SiLU and the cast), grad bfloat16 or
+ * float32 (consumed as is), pre_activation NULL, d_weight and d_bias bfloat16; silu as in the
+ * forward (d_input goes through SiLU's derivative at temb). */
 XJ_API long long xj_det_linear_backward_workspace_bytes(long long rows, long long in_features,
                                                         long long out_features);
 XJ_API exactjit_status_t xj_det_linear_backward(xj_runtime* runtime, const DLTensor* grad,

@@ -5,8 +5,6 @@
 
 #include "codegen/op_row.hpp"
 #include "kernels/catalog.hpp"
-#include "kernels/det_linear.hpp"
-#include "kernels/det_linear_backward.hpp"
 #include "kernels/op_families.hpp"
 #include "kernels/spec_limits.hpp"
 #include "runtime/bounded_input.hpp"
@@ -336,8 +334,8 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
 
   const std::optional<IndexType> index = parse_index_type(index_type_flag);
   if (!index) return usage(fmt::format("bad --index-type '{}' (int64 or int32)", index_type_flag.getValue()));
-  if (rows_flag < 0 || rows_flag > kDetLinearBackwardMaxRows)
-    return usage(fmt::format("--rows must be in 1..{}", kDetLinearBackwardMaxRows));
+  if (rows_flag != 0)
+    if (std::string rule = cap_rule(kLinearRowsCap, rows_flag); !rule.empty()) return usage("--rows: " + rule);
   const int64_t rows = rows_flag ? rows_flag : kDefaultTimesteps;
   // --unweighted picks between the family's weighted and unweighted kernels where it has both
   // (rms_norm and its backward kernels), whether or not describe() names the weight.
@@ -345,10 +343,8 @@ llvm::Expected<std::vector<KernelSpec>> specs_from_flags(bool single) {
   const bool both = llvm::any_of(*family, weighted) && !llvm::all_of(*family, weighted);
   for (const KernelSpec& spec : *family) {
     if (spec.index != *index || (both && spec.weighted == unweighted_flag)) continue;
-    // The bf16 det_linear backward kernels compiled per row tile: the one a call of T rows runs.
-    if (det_linear_backward_row_tiles(spec.dtype, spec.op).size() > 1 &&
-        spec.row_tile != det_linear_backward_row_tile(spec.dtype, spec.op, rows))
-      continue;
+    const OpRow& row = op_row(spec.op);
+    if (row.serves_rows && !row.serves_rows(spec, rows)) continue;  // a kernel of another row tile
     if (vec_flag == 0 || spec.vec == vec_flag) return std::vector<KernelSpec>{spec};  // widest first
   }
   return usage(fmt::format("no {} spec with --vec {} (1, or 16 bytes' worth when H and the stride allow it)",

@@ -84,6 +84,9 @@ struct OpRow {
   std::string_view family_sizes = {};
   std::string_view family_summary = {};
   int default_stride_in_h = 0;
+  /// Whether a call of `rows` rows runs this kernel of the row's family (det_linear's backward
+  /// kernels are compiled per row tile); null: a call of any rows does.
+  bool (*serves_rows)(const KernelSpec& spec, int64_t rows) = nullptr;
 };
 
 /// Every op's row, in the order `exactjit --help` lists them.

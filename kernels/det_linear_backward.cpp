@@ -20,7 +20,7 @@ namespace {
 constexpr std::string_view kOp = "det_linear_backward";
 ArgName arg(std::string_view name) { return {kOp, name}; }
 constexpr int64_t kFp32Chunk = 64, kColumns = 128, kWeightGridBlocks = 704;  // fp32: 64-output chunks
-constexpr int kMaxRows = kDetLinearBackwardMaxRows;
+constexpr int kMaxRows = static_cast<int>(kLinearRowsCap.max);
 }  // namespace
 
 int64_t det_linear_backward_workspace(int64_t rows, int64_t in_features, int64_t out_features) {
@@ -246,23 +246,32 @@ std::vector<KernelSpec> weight_grad_catalog(DType dtype) { return backward_catal
 std::vector<KernelSpec> input_grad_family(const KernelSpec& sizes) { return backward_family(Op::DetLinearInputGrad, sizes); }
 std::vector<KernelSpec> input_fold_family(const KernelSpec& sizes) { return backward_family(Op::DetLinearInputFold, sizes); }
 std::vector<KernelSpec> weight_grad_family(const KernelSpec& sizes) { return backward_family(Op::DetLinearWeightGrad, sizes); }
+// The bf16 kernels are compiled per row tile: a call of T rows runs the one
+// det_linear_backward_row_tile picks.
+bool serves_rows(const KernelSpec& spec, int64_t rows) {
+  return det_linear_backward_row_tiles(spec.dtype, spec.op).size() <= 1 ||
+         spec.row_tile == det_linear_backward_row_tile(spec.dtype, spec.op, rows);
+}
 }  // namespace
 
 const OpRow kDetLinearInputGradRow = {
     Op::DetLinearInputGrad, "det_linear_input_grad", OpRole::Backward, "det_linear",
     SpecShape::Linear, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    backward_templates, render_det_linear_constants, backward_rule, input_grad_family, input_grad_catalog};
+    backward_templates, render_det_linear_constants, backward_rule, input_grad_family, input_grad_catalog,
+    /*family_sizes=*/{}, /*family_summary=*/{}, /*default_stride_in_h=*/0, serves_rows};
 const OpRow kDetLinearInputFoldRow = {
     Op::DetLinearInputFold, "det_linear_input_fold", OpRole::Backward, "det_linear",
     SpecShape::Linear, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    backward_templates, render_det_linear_constants, backward_rule, input_fold_family, input_fold_catalog};
+    backward_templates, render_det_linear_constants, backward_rule, input_fold_family, input_fold_catalog,
+    /*family_sizes=*/{}, /*family_summary=*/{}, /*default_stride_in_h=*/0, serves_rows};
 const OpRow kDetLinearWeightGradRow = {
     Op::DetLinearWeightGrad, "det_linear_weight_grad", OpRole::Backward, "det_linear",
     SpecShape::Linear, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    backward_templates, render_det_linear_constants, backward_rule, weight_grad_family, weight_grad_catalog};
+    backward_templates, render_det_linear_constants, backward_rule, weight_grad_family, weight_grad_catalog,
+    /*family_sizes=*/{}, /*family_summary=*/{}, /*default_stride_in_h=*/0, serves_rows};
 
 }  // namespace exactjit
 

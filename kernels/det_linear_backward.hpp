@@ -56,8 +56,6 @@ int det_linear_bf16_backward_threads(OpCode op);
 int det_linear_bf16_backward_inputs_per_thread(OpCode op);
 /// Column blocks (grid x) of the bf16 input pass and weight grad.
 int64_t det_linear_bf16_backward_column_blocks(OpCode op, int64_t in_features);
-/// The most rows T one backward call takes.
-inline constexpr int kDetLinearBackwardMaxRows = 8;
 
 /// The row tiles a det_linear backward kernel is compiled for, ascending. The bf16 input pass and
 /// weight grad unroll over their row slots (sums and inputs in registers), so each compiled kernel

@@ -34,6 +34,9 @@ inline constexpr SizeCap kInFeaturesCap{"in_features K", 65536};
 /// det_linear's out_features N: up to 18H at the H cap (H3: 96768); keeps the 64-output d_input
 /// chunks within one grid dimension (65535).
 inline constexpr SizeCap kOutFeaturesCap{"out_features N", int64_t{1} << 21};
+/// det_linear's rows T (the timesteps of a batch; H3: 3): its backward keeps up to T rows of
+/// partials per block, in kernels compiled per row tile.
+inline constexpr SizeCap kLinearRowsCap{"rows T", 8};
 /// The row stride of a table view, in elements (H3: 6H and 2H views of an 18H table).
 inline constexpr SizeCap kTableStrideCap{"table stride", 2147483647};
 

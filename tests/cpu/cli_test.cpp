@@ -372,7 +372,7 @@ TEST(Cli, InspectPicksTheDetLinearBackwardRowTile) {
   EXPECT_NE(fold.out.find("constexpr int kRowTile = 8;"), std::string::npos);
   const auto too_many = source("det_linear_weight_grad", {"--rows", "9"});
   EXPECT_EQ(too_many.exit_code, 2);
-  EXPECT_NE(too_many.err.find("--rows must be in 1..8"), std::string::npos) << too_many.err;
+  EXPECT_NE(too_many.err.find("--rows: rows T must be in [1, 8] (got 9)"), std::string::npos) << too_many.err;
   EXPECT_NE(cli.run({"inspect", "--help"}).out.find("--rows"), std::string::npos);
   // --activation picks the backward kernels' SiLU variant as it does the forward's.
   for (const auto& [activation, silu] : {std::pair{"silu", true}, {"none", false}}) {

@@ -183,9 +183,9 @@ TEST(OpTable, EachShapeNamesItsOwnSizes) {
     EXPECT_EQ(parse_spec(spec.describe()), spec) << spec.describe();
 }
 
-// The op table is the one place an op is registered (issue 16): api/, codegen/ and runtime/ name
-// no op (no Op:: code, no planner, no op file's header), and each op's C entry point xj_<op> is
-// defined in the op's own file, the one that defines its row.
+// The op table is the one place an op is registered (issue 16): api/, cli/, codegen/ and runtime/
+// name no op (no Op:: code, no planner, no op file's header), and each op's C entry point xj_<op>
+// is defined in the op's own file, the one that defines its row.
 TEST(OpTable, AnOpIsNamedOnlyInItsFilesAndTheTable) {
   namespace fs = std::filesystem;
   const fs::path root = EXACTJIT_SOURCE_DIR;
@@ -208,7 +208,7 @@ TEST(OpTable, AnOpIsNamedOnlyInItsFilesAndTheTable) {
   ASSERT_EQ(row_file.size(), op_table().size()) << "a row the scan did not find";
 
   const std::regex names_an_op(R"re(\bOp::[A-Z]\w*|\bplan_\w+\()re");
-  for (const char* layer : {"api", "codegen", "runtime"})
+  for (const char* layer : {"api", "cli", "codegen", "runtime"})
     for (const auto& entry : fs::directory_iterator(root / layer)) {
       const std::string text = text_of(entry.path());
       std::smatch match;

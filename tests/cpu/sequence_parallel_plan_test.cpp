@@ -51,47 +51,53 @@ int64_t rank_of(const std::vector<int64_t>& start, int64_t s) {
   return r;
 }
 
+// Every tile computed once, on its first row's rank; every received row used once; what a rank
+// sends is what its peer expects; an empty rank computes and sends nothing.
+void expect_sound_ownership(const Layout& layout) {
+  auto plan = sequence_parallel_plan(layout.keys, layout.table_rows, layout.batch, layout.shard_start);
+  ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
+  const int64_t seq = static_cast<int64_t>(layout.keys.size());
+  const int64_t ranks = static_cast<int64_t>(layout.shard_start.size()) - 1;
+  const int64_t tiles = static_cast<int64_t>(plan->global.tile_row.size());
+  std::vector<int> computed(static_cast<size_t>(tiles), 0);
+  for (int64_t r = 0; r < ranks; ++r) {
+    const RankTiles& mine = plan->ranks[r];
+    EXPECT_EQ(mine.local_rows, layout.batch * (layout.shard_start[r + 1] - layout.shard_start[r]));
+    EXPECT_TRUE(std::is_sorted(mine.tiles.begin(), mine.tiles.end()));
+    EXPECT_LE(static_cast<int64_t>(mine.tiles.size()), plan->max_tiles);
+    EXPECT_EQ(mine.receive_counts[r], 0);
+    EXPECT_TRUE(mine.send[r].empty());
+    int64_t received = 0;
+    for (int64_t q = 0; q < ranks; ++q) {
+      received += mine.receive_counts[q];
+      EXPECT_EQ(static_cast<int64_t>(plan->ranks[q].send[r].size()), mine.receive_counts[q]) << r << " from " << q;
+    }
+    // Every id of the extended buffer is used exactly once.
+    std::vector<int> used(static_cast<size_t>(mine.local_rows + received), 0);
+    for (size_t i = 0; i < mine.tiles.size(); ++i) {
+      const int64_t t = mine.tiles[i];
+      ++computed[t];
+      EXPECT_EQ(plan->tile_owner[t], r);
+      EXPECT_EQ(rank_of(layout.shard_start, segment_tile_rows(plan->global, t).front() % seq), r) << "tile " << t;
+      EXPECT_EQ(plan->gathered_slot[t], r * plan->max_tiles + static_cast<int64_t>(i));
+      for (int64_t j = mine.tile_start[i]; j < mine.tile_start[i + 1]; ++j) ++used.at(mine.rows[j]);
+    }
+    // Local rows not in any of its tiles are in another rank's (they were sent), so a rank
+    // uses each received row once and its own rows at most once.
+    for (int64_t id = mine.local_rows; id < static_cast<int64_t>(used.size()); ++id) EXPECT_EQ(used[id], 1);
+    for (int64_t id = 0; id < mine.local_rows; ++id) EXPECT_LE(used[id], 1);
+    if (mine.local_rows == 0) {
+      EXPECT_TRUE(mine.tiles.empty());
+      for (const auto& to : mine.send) EXPECT_TRUE(to.empty());
+    }
+  }
+  for (int64_t t = 0; t < tiles; ++t) EXPECT_EQ(computed[t], 1) << "tile " << t;
+}
+
 TEST(SequenceParallelPlan, EachTileOnceOnItsFirstRowsRankEachRowOnce) {
   for (const Layout& layout : layouts()) {
     SCOPED_TRACE(layout.name);
-    auto plan = sequence_parallel_plan(layout.keys, layout.table_rows, layout.batch, layout.shard_start);
-    ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
-    const int64_t seq = static_cast<int64_t>(layout.keys.size());
-    const int64_t ranks = static_cast<int64_t>(layout.shard_start.size()) - 1;
-    const int64_t tiles = static_cast<int64_t>(plan->global.tile_row.size());
-    std::vector<int> computed(static_cast<size_t>(tiles), 0);
-    for (int64_t r = 0; r < ranks; ++r) {
-      const RankTiles& mine = plan->ranks[r];
-      EXPECT_EQ(mine.local_rows, layout.batch * (layout.shard_start[r + 1] - layout.shard_start[r]));
-      EXPECT_TRUE(std::is_sorted(mine.tiles.begin(), mine.tiles.end()));
-      EXPECT_LE(static_cast<int64_t>(mine.tiles.size()), plan->max_tiles);
-      EXPECT_EQ(mine.receive_counts[r], 0);
-      EXPECT_TRUE(mine.send[r].empty());
-      int64_t received = 0;
-      for (int64_t q = 0; q < ranks; ++q) {
-        received += mine.receive_counts[q];
-        EXPECT_EQ(static_cast<int64_t>(plan->ranks[q].send[r].size()), mine.receive_counts[q]) << r << " from " << q;
-      }
-      // Every id of the extended buffer is used exactly once.
-      std::vector<int> used(static_cast<size_t>(mine.local_rows + received), 0);
-      for (size_t i = 0; i < mine.tiles.size(); ++i) {
-        const int64_t t = mine.tiles[i];
-        ++computed[t];
-        EXPECT_EQ(plan->tile_owner[t], r);
-        EXPECT_EQ(rank_of(layout.shard_start, segment_tile_rows(plan->global, t).front() % seq), r) << "tile " << t;
-        EXPECT_EQ(plan->gathered_slot[t], r * plan->max_tiles + static_cast<int64_t>(i));
-        for (int64_t j = mine.tile_start[i]; j < mine.tile_start[i + 1]; ++j) ++used.at(mine.rows[j]);
-      }
-      // Local rows not in any of its tiles are in another rank's (they were sent), so a rank
-      // uses each received row once and its own rows at most once.
-      for (int64_t id = mine.local_rows; id < static_cast<int64_t>(used.size()); ++id) EXPECT_EQ(used[id], 1);
-      for (int64_t id = 0; id < mine.local_rows; ++id) EXPECT_LE(used[id], 1);
-      if (mine.local_rows == 0) {
-        EXPECT_TRUE(mine.tiles.empty());
-        for (const auto& to : mine.send) EXPECT_TRUE(to.empty());
-      }
-    }
-    for (int64_t t = 0; t < tiles; ++t) EXPECT_EQ(computed[t], 1) << "tile " << t;
+    expect_sound_ownership(layout);
   }
 }
 
@@ -112,66 +118,95 @@ TEST(SequenceParallelPlan, ASegmentOverSeveralRanksMovesRowsToTheTilesOwner) {
 
 // gate_residual's d_gate, simulated on the ranks: each holds its (B, S_r, H) shards of grad and
 // y, receives the rows its tiles need (copied from the senders' shards in their send order),
-// computes its tiles' partials, then the partials are gathered in global order and folded. The
-// bytes equal the single-GPU host model's.
-TEST(SequenceParallelPlan, SimulatedRanksGiveTheSingleGpuTableGradient) {
+// computes its tiles' partials, then the partials are gathered in global order and folded. True
+// when the bytes equal the single-GPU host model's.
+bool simulated_ranks_match_one_gpu(const Layout& layout, std::mt19937_64& rng) {
   using T = xj::bf16;
   constexpr int64_t H = 24;
-  std::mt19937_64 rng(3);
   std::uniform_real_distribution<float> uniform(-2.0f, 2.0f);
-  for (const Layout& layout : layouts()) {
-    SCOPED_TRACE(layout.name);
-    const int64_t seq = static_cast<int64_t>(layout.keys.size()), rows = layout.batch * seq;
-    const int64_t ranks = static_cast<int64_t>(layout.shard_start.size()) - 1, table_rows = layout.table_rows;
-    std::vector<T> grad(static_cast<size_t>(rows * H)), y(grad.size()), gate(static_cast<size_t>(table_rows * H));
-    for (std::vector<T>* v : {&grad, &y, &gate})
-      for (T& e : *v) e = xj::round_to<T>(uniform(rng));
-    std::vector<T> single(static_cast<size_t>(table_rows * H));
-    gate_residual_backward_model(DType::BF16, grad.data(), gate.data(), H, layout.keys, table_rows, y.data(), rows, H,
-                                 nullptr, single.data());
+  const int64_t seq = static_cast<int64_t>(layout.keys.size()), rows = layout.batch * seq;
+  const int64_t ranks = static_cast<int64_t>(layout.shard_start.size()) - 1, table_rows = layout.table_rows;
+  std::vector<T> grad(static_cast<size_t>(rows * H)), y(grad.size()), gate(static_cast<size_t>(table_rows * H));
+  for (std::vector<T>* v : {&grad, &y, &gate})
+    for (T& e : *v) e = xj::round_to<T>(uniform(rng));
+  std::vector<T> single(static_cast<size_t>(table_rows * H));
+  gate_residual_backward_model(DType::BF16, grad.data(), gate.data(), H, layout.keys, table_rows, y.data(), rows, H,
+                               nullptr, single.data());
 
-    auto plan = sequence_parallel_plan(layout.keys, table_rows, layout.batch, layout.shard_start);
-    ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
-    // Each rank's shards of grad and y, rows b * S_r + (s - start).
-    std::vector<std::vector<T>> grad_shard(static_cast<size_t>(ranks)), y_shard(static_cast<size_t>(ranks));
-    for (int64_t r = 0; r < ranks; ++r)
-      for (int64_t b = 0; b < layout.batch; ++b)
-        for (int64_t s = layout.shard_start[r]; s < layout.shard_start[r + 1]; ++s)
-          for (int64_t j = 0; j < H; ++j) {
-            grad_shard[r].push_back(grad[(b * seq + s) * H + j]);
-            y_shard[r].push_back(y[(b * seq + s) * H + j]);
-          }
-    // The all-to-all: rank r's extended buffer is its shard, then each source's rows in order.
-    auto extended = [&](std::vector<std::vector<T>>& shard, int64_t r) {
-      std::vector<T> buffer = shard[r];
-      for (int64_t q = 0; q < ranks; ++q)
-        for (int64_t local : plan->ranks[q].send[r])
-          buffer.insert(buffer.end(), shard[q].begin() + local * H, shard[q].begin() + (local + 1) * H);
-      return buffer;
-    };
-    // Each rank's partials, padded to max_tiles, then gathered: (ranks * max_tiles, H).
-    std::vector<float> gathered(static_cast<size_t>(ranks * plan->max_tiles * H), 0.0f);
-    for (int64_t r = 0; r < ranks; ++r) {
-      const std::vector<T> g = extended(grad_shard, r), v = extended(y_shard, r);
-      const RankTiles& mine = plan->ranks[r];
-      for (size_t i = 0; i < mine.tiles.size(); ++i)
+  auto plan = sequence_parallel_plan(layout.keys, table_rows, layout.batch, layout.shard_start);
+  EXPECT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
+  if (!plan) return false;
+  // Each rank's shards of grad and y, rows b * S_r + (s - start).
+  std::vector<std::vector<T>> grad_shard(static_cast<size_t>(ranks)), y_shard(static_cast<size_t>(ranks));
+  for (int64_t r = 0; r < ranks; ++r)
+    for (int64_t b = 0; b < layout.batch; ++b)
+      for (int64_t s = layout.shard_start[r]; s < layout.shard_start[r + 1]; ++s)
         for (int64_t j = 0; j < H; ++j) {
-          xj::SegmentSumFor<T>::type partial{};
-          for (int64_t at = mine.tile_start[i]; at < mine.tile_start[i + 1]; ++at)
-            partial.add_product(xj::to_float(g[mine.rows[at] * H + j]), xj::to_float(v[mine.rows[at] * H + j]));
-          gathered[(r * plan->max_tiles + i) * H + j] = partial.value();
+          grad_shard[r].push_back(grad[(b * seq + s) * H + j]);
+          y_shard[r].push_back(y[(b * seq + s) * H + j]);
         }
-    }
-    // The fold, in global tile order, as on one GPU.
-    std::vector<T> sharded(single.size());
-    for (int64_t k = 0; k < table_rows; ++k)
+  // The all-to-all: rank r's extended buffer is its shard, then each source's rows in order.
+  auto extended = [&](std::vector<std::vector<T>>& shard, int64_t r) {
+    std::vector<T> buffer = shard[r];
+    for (int64_t q = 0; q < ranks; ++q)
+      for (int64_t local : plan->ranks[q].send[r])
+        buffer.insert(buffer.end(), shard[q].begin() + local * H, shard[q].begin() + (local + 1) * H);
+    return buffer;
+  };
+  // Each rank's partials, padded to max_tiles, then gathered: (ranks * max_tiles, H).
+  std::vector<float> gathered(static_cast<size_t>(ranks * plan->max_tiles * H), 0.0f);
+  for (int64_t r = 0; r < ranks; ++r) {
+    const std::vector<T> g = extended(grad_shard, r), v = extended(y_shard, r);
+    const RankTiles& mine = plan->ranks[r];
+    for (size_t i = 0; i < mine.tiles.size(); ++i)
       for (int64_t j = 0; j < H; ++j) {
-        xj::CompensatedSum fold;
-        for (int64_t t = plan->global.row_tile_start[k]; t < plan->global.row_tile_start[k + 1]; ++t)
-          fold.add(gathered[plan->gathered_slot[t] * H + j]);
-        sharded[k * H + j] = xj::round_to<T>(fold.value());
+        xj::SegmentSumFor<T>::type partial{};
+        for (int64_t at = mine.tile_start[i]; at < mine.tile_start[i + 1]; ++at)
+          partial.add_product(xj::to_float(g[mine.rows[at] * H + j]), xj::to_float(v[mine.rows[at] * H + j]));
+        gathered[(r * plan->max_tiles + i) * H + j] = partial.value();
       }
-    EXPECT_EQ(std::memcmp(sharded.data(), single.data(), single.size() * sizeof(T)), 0);
+  }
+  // The fold, in global tile order, as on one GPU.
+  std::vector<T> sharded(single.size());
+  for (int64_t k = 0; k < table_rows; ++k)
+    for (int64_t j = 0; j < H; ++j) {
+      xj::CompensatedSum fold;
+      for (int64_t t = plan->global.row_tile_start[k]; t < plan->global.row_tile_start[k + 1]; ++t)
+        fold.add(gathered[plan->gathered_slot[t] * H + j]);
+      sharded[k * H + j] = xj::round_to<T>(fold.value());
+    }
+  return std::memcmp(sharded.data(), single.data(), single.size() * sizeof(T)) == 0;
+}
+
+TEST(SequenceParallelPlan, SimulatedRanksGiveTheSingleGpuTableGradient) {
+  std::mt19937_64 rng(3);
+  for (const Layout& layout : layouts()) EXPECT_TRUE(simulated_ranks_match_one_gpu(layout, rng)) << layout.name;
+}
+
+// Random layouts: S, B, R, the rank count and the shard bounds (empty shards included) drawn at
+// random, keys in runs (segments crossing shard bounds) or scattered, some bad: the ownership
+// rules hold and the simulated ranks give the single-GPU bytes.
+TEST(SequenceParallelPlan, RandomLayoutsGiveTheSingleGpuTableGradient) {
+  std::mt19937_64 rng(1818);
+  for (int trial = 0; trial < 150; ++trial) {
+    Layout layout{"random", {}, static_cast<int64_t>(1 + rng() % 7), static_cast<int64_t>(1 + rng() % 3), {}};
+    const int64_t seq = static_cast<int64_t>(1 + rng() % 1200);
+    const bool runs = rng() % 2 == 0;
+    int64_t key = 0;
+    for (int64_t s = 0; s < seq; ++s) {
+      if (!runs || rng() % 200 == 0) key = static_cast<int64_t>(rng() % (layout.table_rows + 1)) - 1;
+      layout.keys.push_back(key);
+    }
+    const int64_t ranks = static_cast<int64_t>(1 + rng() % 8);
+    std::vector<int64_t> bounds = {0, seq};
+    for (int64_t r = 1; r < ranks; ++r) bounds.push_back(static_cast<int64_t>(rng() % (seq + 1)));
+    std::sort(bounds.begin(), bounds.end());
+    layout.shard_start = bounds;
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    expect_sound_ownership(layout);
+    EXPECT_TRUE(simulated_ranks_match_one_gpu(layout, rng))
+        << "trial " << trial << ": S = " << seq << ", B = " << layout.batch << ", R = " << layout.table_rows
+        << ", ranks = " << ranks;
   }
 }
 

@@ -182,6 +182,24 @@ TEST_F(DispatchTest, CachedCallThroughTheCAbi) {
   xj_runtime_destroy(runtime);
 }
 
+// Each op's entry point (defined in its op file over c_abi::call_op) names the NULL argument.
+TEST_F(DispatchTest, TheCAbiNamesTheNullArgument) {
+  const RuntimeOptions cxx = options();
+  xj_runtime_options c{sizeof(xj_runtime_options), cxx.cache_dir.c_str(), nullptr, 0, nullptr, 0};
+  xj_runtime* runtime = nullptr;
+  ASSERT_EQ(xj_runtime_create(&c, &runtime), XJ_OK) << xj_last_error();
+  EXPECT_EQ(xj_gate_residual(runtime, &call.residual.t, &call.gate.t, &call.index.t, nullptr, &call.out.t, nullptr),
+            XJ_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(xj_last_error(), "gate_residual: y must not be NULL");
+  EXPECT_EQ(xj_rms_norm_backward(runtime, &call.y.t, &call.residual.t, nullptr, nullptr, nullptr, nullptr, 1e-5, nullptr,
+                                 nullptr, nullptr, nullptr, nullptr, nullptr),
+            XJ_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(xj_last_error(), "rms_norm_backward: rstd must not be NULL");
+  EXPECT_EQ(call.run(static_cast<xj_runtime*>(nullptr)), XJ_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(xj_last_error(), "gate_residual: runtime must not be NULL");
+  xj_runtime_destroy(runtime);
+}
+
 TEST_F(DispatchTest, AnotherContextIsSwitchedToAndBack) {
   Runtime runtime(options());
   const auto cached_call = [&] { return call.run(runtime).ok(); };

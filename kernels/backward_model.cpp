@@ -66,7 +66,7 @@ std::vector<int64_t> keys_of(const void* index, IndexType index_type, int64_t se
 
 void gate_residual_backward_model(DType dtype, const void* grad, const void* gate, int64_t table_stride,
                                   const std::vector<int64_t>& keys, int64_t table_rows, const void* y, int64_t rows,
-                                  int64_t hidden, void* d_y, void* d_gate) {
+                                  int64_t hidden, void* d_y, void* d_gate, DType d_gate_dtype) {
   const int64_t seq = static_cast<int64_t>(keys.size());
   with_storage(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -81,7 +81,7 @@ void gate_residual_backward_model(DType dtype, const void* grad, const void* gat
       segment_sums<T>(
           segment_plan_model(keys, table_rows, rows / seq), table_rows, hidden,
           [&](int64_t r, int64_t j, auto& sum) { sum.add_product(at<T>(grad, r * hidden + j), at<T>(y, r * hidden + j)); },
-          [&](int64_t k, int64_t j, float v) { put(dtype, d_gate, k * hidden + j, v); });
+          [&](int64_t k, int64_t j, float v) { put(d_gate_dtype, d_gate, k * hidden + j, v); });
   });
 }
 

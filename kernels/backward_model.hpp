@@ -16,10 +16,10 @@ namespace exactjit {
 std::vector<int64_t> keys_of(const void* index, IndexType index_type, int64_t seq, int64_t table_rows);
 
 /// gate_residual: d_y = rT(grad * gate[k]) (rows with a bad key left unwritten) and d_gate (R, H)
-/// = segment sums of grad * y; either output may be null.
+/// = segment sums of grad * y, rounded to d_gate_dtype (dtype or F32); either output may be null.
 void gate_residual_backward_model(DType dtype, const void* grad, const void* gate, int64_t table_stride,
                                   const std::vector<int64_t>& keys, int64_t table_rows, const void* y, int64_t rows,
-                                  int64_t hidden, void* d_y, void* d_gate);
+                                  int64_t hidden, void* d_y, void* d_gate, DType d_gate_dtype);
 
 /// rms_norm dx of one row: bf16/fp16 with the forward's rstd, fp32 with rstd recomputed in fp64
 /// with eps, as the kernel does; weight and scale_row may be null.

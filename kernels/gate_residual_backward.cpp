@@ -61,8 +61,18 @@ llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBac
   if (rows % seq != 0)
     return invalid(arg("index"), fmt::format("length S = {} must divide the M = {} rows of y", seq, rows));
   if (auto err = require_plan_limits(arg("index"), seq, arg("gate"), table_rows)) return err;
-  if (a.d_gate)
-    if (auto err = require_dense(arg("d_gate"), *a.d_gate, {table_rows, hidden}, *dtype)) return err;
+  // d_gate in y's dtype or, rounded once to fp32 instead, in float32 (for a projection backward
+  // that takes an fp32 gradient, and for sequence-parallel partials).
+  DType d_gate_dtype = *dtype;
+  if (a.d_gate) {
+    auto out = float_dtype(arg("d_gate"), *a.d_gate);
+    if (!out) return out.takeError();
+    if (*out != *dtype && *out != DType::F32)
+      return invalid(arg("d_gate"), fmt::format("must be in y's dtype {} or float32 (got {})", dtype_name(*dtype),
+                                                dtype_name(*out)));
+    d_gate_dtype = *out;
+    if (auto err = require_dense(arg("d_gate"), *a.d_gate, {table_rows, hidden}, d_gate_dtype)) return err;
+  }
 
   LaunchSequence sequence;
   if ((!a.d_y && !a.d_gate) || rows == 0) return sequence;
@@ -88,7 +98,8 @@ llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBac
   tiles.push(partials);
   push_plan_params(tiles, layout, ws);
   if (a.d_gate)
-    add_fold_launch(sequence, &layout, ws, device, *dtype, partials, layout.max_tiles, hidden, data_address(*a.d_gate));
+    add_fold_launch(sequence, &layout, ws, device, d_gate_dtype, partials, layout.max_tiles, hidden,
+                    data_address(*a.d_gate));
   return sequence;
 }
 

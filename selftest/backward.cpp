@@ -97,7 +97,9 @@ llvm::Expected<CaseOutcome> run_gate_residual_backward_case(Runtime& runtime, in
   DeviceBuffer* d_table = arena->upload(table, table.size());
   DeviceBuffer* d_index = arena->upload(index, index.size());
   DeviceBuffer* d_dy = arena->upload({}, grad.size());
-  DeviceBuffer* d_dgate = arena->upload({}, static_cast<size_t>(c.table_rows * c.hidden) * elem);
+  const DType d_gate_dtype = c.fp32_table_grad ? DType::F32 : c.dtype;
+  const size_t d_gate_elem = dtype_size(d_gate_dtype);
+  DeviceBuffer* d_dgate = arena->upload({}, static_cast<size_t>(c.table_rows * c.hidden) * d_gate_elem);
   DeviceBuffer* d_ws = arena->upload({}, static_cast<size_t>(ws_bytes));
   if (auto err = arena->take_error()) return err;
 
@@ -109,14 +111,16 @@ llvm::Expected<CaseOutcome> run_gate_residual_backward_case(Runtime& runtime, in
   const DLTensor t_gate = device_tensor(*d_table, 0, device_id, 2, table_shape, table_strides, dt);
   const DLTensor t_index = device_tensor(*d_index, 0, device_id, 1, index_shape, nullptr, dl_index(c.index));
   const DLTensor t_dy = device_tensor(*d_dy, 0, device_id, 3, act_shape, nullptr, dt);
-  const DLTensor t_dgate = device_tensor(*d_dgate, 0, device_id, 2, table_shape, nullptr, dt);
+  const DLTensor t_dgate = device_tensor(*d_dgate, 0, device_id, 2, table_shape, nullptr, dl_dtype(d_gate_dtype));
   const DLTensor t_ws = workspace_tensor(*d_ws, device_id, ws_shape);
 
   std::vector<Output> outputs = {{"d_y", &*d_dy, std::vector<uint8_t>(grad.size(), kPoison), elem},
-                                 {"d_gate", &*d_dgate, std::vector<uint8_t>(static_cast<size_t>(c.table_rows * c.hidden) * elem), elem}};
+                                 {"d_gate", &*d_dgate,
+                                  std::vector<uint8_t>(static_cast<size_t>(c.table_rows * c.hidden) * d_gate_elem),
+                                  d_gate_elem}};
   const std::vector<int64_t> keys = keys_of(index.data(), c.index, c.seq, c.table_rows);
   gate_residual_backward_model(c.dtype, grad.data(), table.data(), c.table_stride, keys, c.table_rows, y.data(), rows,
-                               c.hidden, outputs[0].expected.data(), outputs[1].expected.data());
+                               c.hidden, outputs[0].expected.data(), outputs[1].expected.data(), d_gate_dtype);
   return judge_backward(
       runtime, device_id,
       [&] {

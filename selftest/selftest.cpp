@@ -24,8 +24,9 @@ namespace exactjit {
 using namespace selftest;
 
 std::string GateResidualCase::name() const {
-  return fmt::format("gate_residual {} H={} stride={} R={} S={} B={} index={}{}{}", dtype_name(dtype), hidden,
+  return fmt::format("gate_residual {} H={} stride={} R={} S={} B={} index={}{}{}{}", dtype_name(dtype), hidden,
                      table_stride, table_rows, seq, batch, index_type_name(index), misaligned ? " scalar" : "",
+                     fp32_table_grad ? " d_gate=fp32" : "",
                      bad_position >= 0 ? fmt::format(" bad-index@{}", bad_position) : "");
 }
 
@@ -330,6 +331,12 @@ llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int dev
     g.batch = 2;
     g.seed = seed++;
     gate_backward.push_back(g);
+    if (dtype != DType::F32) {  // the table gradient rounded once to fp32
+      g.fp32_table_grad = true;
+      g.seed = seed++;
+      gate_backward.push_back(g);
+      g.fp32_table_grad = false;
+    }
     for (int64_t stride : {int64_t{0}, 6 * kDefaultHidden, 2 * kDefaultHidden}) {
       RmsNormCase n;
       n.dtype = dtype;

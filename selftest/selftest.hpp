@@ -23,6 +23,7 @@ struct GateResidualCase {
   int64_t seq = 7;
   int64_t batch = 2;
   bool misaligned = false;     ///< offset the activations by one element: forces the scalar path
+  bool fp32_table_grad = false;  ///< backward: d_gate in float32
   int64_t bad_position = -1;   ///< >= 0: index[bad_position] is set out of range
   uint64_t seed = 1;
   std::string name() const;

@@ -146,7 +146,8 @@ XJ_API exactjit_status_t xj_det_linear_backward(xj_runtime* runtime, const DLTen
 XJ_API long long xj_gate_residual_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
                                                           long long hidden);
 /* d_y = rT(grad * gate[i]) (bitwise equal to eager's VJP), like y; d_gate (R, H) contiguous in the
- * gate dtype = segment sums of grad * y. d_residual is grad itself. */
+ * gate dtype, or float32 (the same sums rounded once to fp32), = segment sums of grad * y.
+ * d_residual is grad itself. */
 XJ_API exactjit_status_t xj_gate_residual_backward(xj_runtime* runtime, const DLTensor* grad,
                                                    const DLTensor* gate, const DLTensor* index,
                                                    const DLTensor* y, const DLTensor* d_y,

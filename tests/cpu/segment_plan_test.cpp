@@ -175,6 +175,20 @@ TEST(GateResidualBackwardValidation, PlansPlanTilesAndFold) {
   EXPECT_EQ(sequence->steps[4].grid_y, 9u);  // one fold row per table row
 }
 
+// d_gate may be float32 (the fold's one rounding to fp32; the tiles are the same); fp16 for bf16
+// activations is refused by name.
+TEST(GateResidualBackwardValidation, TakesAFloat32TableGradient) {
+  GateBackwardCall call;
+  call.d_gate.t.dtype = test::kF32;
+  auto sequence = call.plan();
+  ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
+  EXPECT_EQ(sequence->steps[3].spec.dtype, DType::BF16);  // the tiles read bf16 grad and y
+  EXPECT_EQ(sequence->steps[4].spec.op, Op::SegmentFold);
+  EXPECT_EQ(sequence->steps[4].spec.dtype, DType::F32);  // the fold writes fp32
+  call.d_gate.t.dtype = test::kF16;
+  EXPECT_EQ(message_of(call.plan()), "gate_residual_backward: d_gate must be in y's dtype bf16 or float32 (got fp16)");
+}
+
 TEST(GateResidualBackwardValidation, RefusesBadWorkspaceAndTables) {
   {
     GateBackwardCall call;

@@ -131,7 +131,7 @@ bool simulated_ranks_match_one_gpu(const Layout& layout, std::mt19937_64& rng) {
     for (T& e : *v) e = xj::round_to<T>(uniform(rng));
   std::vector<T> single(static_cast<size_t>(table_rows * H));
   gate_residual_backward_model(DType::BF16, grad.data(), gate.data(), H, layout.keys, table_rows, y.data(), rows, H,
-                               nullptr, single.data());
+                               nullptr, single.data(), DType::BF16);
 
   auto plan = sequence_parallel_plan(layout.keys, table_rows, layout.batch, layout.shard_start);
   EXPECT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());

@@ -26,6 +26,7 @@ struct FakeTensor {
 
 inline constexpr DLDataType kBF16{kDLBfloat, 16, 1};
 inline constexpr DLDataType kF32{kDLFloat, 32, 1};
+inline constexpr DLDataType kF16{kDLFloat, 16, 1};
 inline constexpr DLDataType kI64{kDLInt, 64, 1};
 inline constexpr DLDataType kI32{kDLInt, 32, 1};
 inline constexpr DLDataType kU8{kDLUInt, 8, 1};

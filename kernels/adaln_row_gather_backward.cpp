@@ -43,10 +43,8 @@ llvm::Expected<LaunchSequence> plan_adaln_row_gather_backward(const AdalnRowGath
   for (const auto& [name, t] : {tensors[1], tensors[2]})
     if (t->ndim != 1 || t->shape[0] != seq || !is_contiguous(*t))
       return invalid(arg(name), fmt::format("must be ({},) contiguous (got {})", seq, shape_string(*t)));
-  auto out_dtype = float_dtype(arg("d_rows"), a.d_rows);
+  auto out_dtype = gradient_dtype(arg("d_rows"), a.d_rows, "grad", *dtype);
   if (!out_dtype) return out_dtype.takeError();
-  if (*out_dtype != *dtype && *out_dtype != DType::F32)
-    return invalid(arg("d_rows"), fmt::format("must be in grad's dtype {} or float32", dtype_name(*dtype)));
   const int64_t table_rows = a.d_rows.ndim == 2 ? a.d_rows.shape[0] : 0;
   if (table_rows < 3 || table_rows % 3 != 0)
     return invalid(arg("d_rows"), fmt::format("must be (3T, {}) (got {})", kChunks * hidden, shape_string(a.d_rows)));

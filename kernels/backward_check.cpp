@@ -17,6 +17,15 @@ llvm::Error require_like(ArgName name, const DLTensor& t, std::string_view like_
   return llvm::Error::success();
 }
 
+llvm::Expected<DType> gradient_dtype(ArgName name, const DLTensor& t, std::string_view input_name, DType input) {
+  auto got = float_dtype(name, t);
+  if (!got) return got.takeError();
+  if (*got != input && *got != DType::F32)
+    return invalid(name, fmt::format("must be in {}'s dtype {} or float32 (got {})", input_name, dtype_name(input),
+                                     dtype_name(*got)));
+  return *got;
+}
+
 llvm::Error require_dense(ArgName name, const DLTensor& t, std::initializer_list<int64_t> shape, DType dtype) {
   auto got = float_dtype(name, t);
   if (!got) return got.takeError();

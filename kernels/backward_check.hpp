@@ -15,6 +15,10 @@ llvm::Error require_like(ArgName name, const DLTensor& t, std::string_view like_
 /// `t` is a contiguous tensor of `shape` (ndim given) in `dtype`.
 llvm::Error require_dense(ArgName name, const DLTensor& t, std::initializer_list<int64_t> shape, DType dtype);
 
+/// The dtype of a parameter gradient output: the input's (`input`, named `input_name`), or float32
+/// (the same sums rounded once to fp32 instead).
+llvm::Expected<DType> gradient_dtype(ArgName name, const DLTensor& t, std::string_view input_name, DType input);
+
 /// The workspace is a contiguous uint8 CUDA tensor of at least `bytes` bytes, 256-byte aligned;
 /// `bytes` < 0 (a size query's -1) refuses any workspace.
 llvm::Error require_workspace(ArgName name, const DLTensor* workspace, int64_t bytes);

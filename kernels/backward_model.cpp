@@ -137,7 +137,7 @@ void rms_norm_dx_row_model(DType dtype, const void* grad_row, const void* x_row,
 
 void rms_norm_table_grads_model(DType dtype, const void* grad, const void* x, const void* weight, const float* rstd,
                                 const std::vector<int64_t>& keys, int64_t table_rows, int64_t rows, int64_t hidden,
-                                void* dshift, void* dscale) {
+                                void* dshift, void* dscale, DType out_dtype) {
   const int64_t seq = static_cast<int64_t>(keys.size());
   const SegmentPlanModel plan = segment_plan_model(keys, table_rows, rows / seq);
   with_storage(dtype, [&](auto tag) {
@@ -145,7 +145,7 @@ void rms_norm_table_grads_model(DType dtype, const void* grad, const void* x, co
     if (dshift)
       segment_sums<T>(
           plan, table_rows, hidden, [&](int64_t r, int64_t j, auto& sum) { sum.add(at<T>(grad, r * hidden + j)); },
-          [&](int64_t k, int64_t j, float v) { put(dtype, dshift, k * hidden + j, v); });
+          [&](int64_t k, int64_t j, float v) { put(out_dtype, dshift, k * hidden + j, v); });
     if (dscale)
       segment_sums<T>(
           plan, table_rows, hidden,
@@ -154,13 +154,13 @@ void rms_norm_table_grads_model(DType dtype, const void* grad, const void* x, co
             if (weight) n = xj::mul(at<T>(weight, j), n);
             sum.add_product(at<T>(grad, r * hidden + j), xj::to_float(xj::round_to<T>(n)));
           },
-          [&](int64_t k, int64_t j, float v) { put(dtype, dscale, k * hidden + j, v); });
+          [&](int64_t k, int64_t j, float v) { put(out_dtype, dscale, k * hidden + j, v); });
   });
 }
 
 void rms_norm_weight_grad_model(DType dtype, const void* grad, const void* x, const void* scale, int64_t table_stride,
                                 const std::vector<int64_t>& keys, int64_t table_rows, const float* rstd, int64_t rows,
-                                int64_t hidden, void* dweight) {
+                                int64_t hidden, void* dweight, DType out_dtype) {
   // The tiles in fold order, (table row, rows): modulated, the plan's tiles of every table row's
   // list, k ascending; plain, kTilePositions consecutive rows.
   std::vector<std::pair<int64_t, std::vector<int64_t>>> tiles;
@@ -203,7 +203,7 @@ void rms_norm_weight_grad_model(DType dtype, const void* grad, const void* x, co
       }
       for (int64_t j = 0; j < hidden; ++j) fold[j].add(partial[j].value());
     }
-    for (int64_t j = 0; j < hidden; ++j) put(dtype, dweight, j, fold[j].value());
+    for (int64_t j = 0; j < hidden; ++j) put(out_dtype, dweight, j, fold[j].value());
   });
 }
 

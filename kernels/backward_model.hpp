@@ -26,18 +26,19 @@ void gate_residual_backward_model(DType dtype, const void* grad, const void* gat
 void rms_norm_dx_row_model(DType dtype, const void* grad_row, const void* x_row, const void* weight,
                            const void* scale_row, int64_t hidden, float rstd, double eps, void* dx_row);
 
-/// rms_norm dshift and dscale (R, H): segment sums of grad and grad * n, n as in the forward.
+/// rms_norm dshift and dscale (R, H): segment sums of grad and grad * n, n as in the forward,
+/// rounded to out_dtype (dtype or F32).
 void rms_norm_table_grads_model(DType dtype, const void* grad, const void* x, const void* weight, const float* rstd,
                                 const std::vector<int64_t>& keys, int64_t table_rows, int64_t rows, int64_t hidden,
-                                void* dshift, void* dscale);
+                                void* dshift, void* dscale, DType out_dtype);
 
 /// rms_norm dweight (H,): d_n * rstd * x summed over tiles, each compensated, folded in order.
 /// Plain: tiles of 256 consecutive rows. With scale (a table of row stride table_stride):
 /// d_n = grad * rT(1 + scale[k]) and the tiles are the segment plan's, every table row's list in
-/// turn (rows with a bad key are in none).
+/// turn (rows with a bad key are in none). Rounded to out_dtype (dtype or F32).
 void rms_norm_weight_grad_model(DType dtype, const void* grad, const void* x, const void* scale, int64_t table_stride,
                                 const std::vector<int64_t>& keys, int64_t table_rows, const float* rstd, int64_t rows,
-                                int64_t hidden, void* dweight);
+                                int64_t hidden, void* dweight, DType out_dtype);
 
 /// adaln_row_gather: d_rows (R, 6H) in out_dtype = segment sums of grad (6, S, H) by key.
 void adaln_row_gather_backward_model(DType dtype, DType out_dtype, const void* grad, const std::vector<int64_t>& keys,

@@ -65,11 +65,8 @@ llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBac
   // that takes an fp32 gradient, and for sequence-parallel partials).
   DType d_gate_dtype = *dtype;
   if (a.d_gate) {
-    auto out = float_dtype(arg("d_gate"), *a.d_gate);
+    auto out = gradient_dtype(arg("d_gate"), *a.d_gate, "y", *dtype);
     if (!out) return out.takeError();
-    if (*out != *dtype && *out != DType::F32)
-      return invalid(arg("d_gate"), fmt::format("must be in y's dtype {} or float32 (got {})", dtype_name(*dtype),
-                                                dtype_name(*out)));
     d_gate_dtype = *out;
     if (auto err = require_dense(arg("d_gate"), *a.d_gate, {table_rows, hidden}, d_gate_dtype)) return err;
   }

@@ -16,6 +16,7 @@
 #include <climits>
 #include <cmath>
 #include <initializer_list>
+#include <tuple>
 
 namespace exactjit {
 namespace {
@@ -98,8 +99,18 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
     if (auto err = require_dense(arg("weight"), *a.weight, {hidden}, *dtype)) return err;
     if (data_address(*a.weight) % (4 * elem) != 0) return invalid(arg("weight"), "must be aligned to 4 elements");
   }
+  // The parameter gradients in x's dtype or float32, each its own (gradient_dtype).
+  auto grad_dtype_of = [&](const char* name, const DLTensor* t) -> llvm::Expected<DType> {
+    return t ? gradient_dtype(arg(name), *t, "x", *dtype) : *dtype;
+  };
+  auto dweight_dtype = grad_dtype_of("dweight", a.dweight);
+  if (!dweight_dtype) return dweight_dtype.takeError();
   if (a.dweight)
-    if (auto err = require_dense(arg("dweight"), *a.dweight, {hidden}, *dtype)) return err;
+    if (auto err = require_dense(arg("dweight"), *a.dweight, {hidden}, *dweight_dtype)) return err;
+  auto dshift_dtype = grad_dtype_of("dshift", a.dshift);
+  if (!dshift_dtype) return dshift_dtype.takeError();
+  auto dscale_dtype = grad_dtype_of("dscale", a.dscale);
+  if (!dscale_dtype) return dscale_dtype.takeError();
 
   int64_t table_rows = 0, table_stride = 0, seq = rows > 0 ? rows : 1;
   IndexType index_type = IndexType::I64;
@@ -126,9 +137,10 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
     seq = a.index->shape[0];
     if (rows % seq != 0) return invalid(arg("index"), fmt::format("length S = {} must divide M = {}", seq, rows));
     if (auto err = require_plan_limits(arg("index"), seq, arg("scale"), table_rows)) return err;
-    for (const auto& [name, t] : {std::pair{"dshift", a.dshift}, {"dscale", a.dscale}})
+    for (const auto& [name, t, t_dtype] :
+         {std::tuple{"dshift", a.dshift, *dshift_dtype}, {"dscale", a.dscale, *dscale_dtype}})
       if (t)
-        if (auto err = require_dense(arg(name), *t, {table_rows, hidden}, *dtype)) return err;
+        if (auto err = require_dense(arg(name), *t, {table_rows, hidden}, t_dtype)) return err;
   }
 
   LaunchSequence sequence;
@@ -184,13 +196,14 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
                                    at_or_null(a.dshift, r.shift_partials), at_or_null(a.dscale, r.scale_partials),
                                    at_or_null(a.dweight, r.weight_partials), static_cast<uint64_t>(table_stride)});
     push_plan_params(tiles, r.layout, ws);
-    for (const auto& [out, offset] : {std::pair{a.dshift, r.shift_partials}, {a.dscale, r.scale_partials}})
+    for (const auto& [out, offset, out_dtype] :
+         {std::tuple{a.dshift, r.shift_partials, *dshift_dtype}, {a.dscale, r.scale_partials, *dscale_dtype}})
       if (out)
-        add_fold_launch(sequence, &r.layout, ws, device, *dtype, ws + offset, r.layout.max_tiles, hidden,
+        add_fold_launch(sequence, &r.layout, ws, device, out_dtype, ws + offset, r.layout.max_tiles, hidden,
                         data_address(*out));
     if (a.dweight)
-      add_fold_launch(sequence, &r.layout, ws, device, *dtype, ws + r.weight_partials, r.layout.max_tiles, hidden,
-                      data_address(*a.dweight), /*whole_table=*/true);
+      add_fold_launch(sequence, &r.layout, ws, device, *dweight_dtype, ws + r.weight_partials, r.layout.max_tiles,
+                      hidden, data_address(*a.dweight), /*whole_table=*/true);
   } else if (a.dweight) {
     if (r.weight_tiles > INT_MAX) return invalid(arg("x"), "has too many rows");
     LaunchPlan& tiles = add_tiles(Op::RmsNormWeightGrad, r.weight_tiles,
@@ -199,7 +212,7 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
     for (int k = 0; k < 5; ++k) tiles.push(0);  // no plan: tiles of consecutive rows
     tiles.push(static_cast<uint64_t>(seq));
     tiles.push(static_cast<uint64_t>(rows / seq));
-    add_fold_launch(sequence, nullptr, ws, device, *dtype, ws + r.weight_partials, r.weight_tiles, hidden,
+    add_fold_launch(sequence, nullptr, ws, device, *dweight_dtype, ws + r.weight_partials, r.weight_tiles, hidden,
                     data_address(*a.dweight));
   }
   return sequence;

@@ -155,8 +155,11 @@ llvm::Expected<CaseOutcome> run_rms_norm_backward_case(Runtime& runtime, int dev
   DeviceBuffer* d_out = arena->upload({}, x.size());
   DeviceBuffer* d_rstd = arena->upload({}, static_cast<size_t>(rows) * 4);
   DeviceBuffer* d_dx = arena->upload({}, x.size());
-  DeviceBuffer* d_dweight = arena->upload({}, weight.size());
-  const size_t table_grad_bytes = static_cast<size_t>(c.table_rows * c.hidden) * elem;
+  // The parameter gradients in x's dtype, or float32 (fp32_param_grads).
+  const DType param_grad_dtype = c.fp32_param_grads ? DType::F32 : c.dtype;
+  const size_t param_elem = dtype_size(param_grad_dtype);
+  DeviceBuffer* d_dweight = arena->upload({}, static_cast<size_t>(c.hidden) * param_elem);
+  const size_t table_grad_bytes = static_cast<size_t>(c.table_rows * c.hidden) * param_elem;
   DeviceBuffer* d_dshift = arena->upload({}, table_grad_bytes);
   DeviceBuffer* d_dscale = arena->upload({}, table_grad_bytes);
   DeviceBuffer* d_ws = arena->upload({}, static_cast<size_t>(std::max<int64_t>(ws_bytes, 256)));
@@ -175,9 +178,10 @@ llvm::Expected<CaseOutcome> run_rms_norm_backward_case(Runtime& runtime, int dev
   const DLTensor t_index = device_tensor(*d_index, 0, device_id, 1, index_shape, nullptr, dl_index(c.index));
   const DLTensor t_rstd = device_tensor(*d_rstd, 0, device_id, 1, rstd_shape, nullptr, DLDataType{kDLFloat, 32, 1});
   const DLTensor t_dx = device_tensor(*d_dx, 0, device_id, 3, x_shape, nullptr, dt);
-  const DLTensor t_dweight = device_tensor(*d_dweight, 0, device_id, 1, weight_shape, nullptr, dt);
-  const DLTensor t_dshift = device_tensor(*d_dshift, 0, device_id, 2, table_shape, nullptr, dt);
-  const DLTensor t_dscale = device_tensor(*d_dscale, 0, device_id, 2, table_shape, nullptr, dt);
+  const DLDataType param_dt = dl_dtype(param_grad_dtype);
+  const DLTensor t_dweight = device_tensor(*d_dweight, 0, device_id, 1, weight_shape, nullptr, param_dt);
+  const DLTensor t_dshift = device_tensor(*d_dshift, 0, device_id, 2, table_shape, nullptr, param_dt);
+  const DLTensor t_dscale = device_tensor(*d_dscale, 0, device_id, 2, table_shape, nullptr, param_dt);
   const DLTensor t_ws = workspace_tensor(*d_ws, device_id, ws_shape);
 
   // The forward gives the rstd the backward uses; the models take it from the device too.
@@ -206,17 +210,18 @@ llvm::Expected<CaseOutcome> run_rms_norm_backward_case(Runtime& runtime, int dev
                           scale_row, c.hidden, rstd[r], kEps, &outputs[0].expected[r * row_bytes]);
   }
   if (c.weighted) {
-    outputs.push_back({"dweight", &*d_dweight, std::vector<uint8_t>(weight.size()), elem});
+    outputs.push_back(
+        {"dweight", &*d_dweight, std::vector<uint8_t>(static_cast<size_t>(c.hidden) * param_elem), param_elem});
     rms_norm_weight_grad_model(c.dtype, grad.data(), x.data(), modulated ? table.data() + row_bytes : nullptr,
                                c.table_stride, keys, c.table_rows, rstd.data(), rows, c.hidden,
-                               outputs.back().expected.data());
+                               outputs.back().expected.data(), param_grad_dtype);
   }
   if (modulated) {
-    outputs.push_back({"dshift", &*d_dshift, std::vector<uint8_t>(table_grad_bytes), elem});
-    outputs.push_back({"dscale", &*d_dscale, std::vector<uint8_t>(table_grad_bytes), elem});
+    outputs.push_back({"dshift", &*d_dshift, std::vector<uint8_t>(table_grad_bytes), param_elem});
+    outputs.push_back({"dscale", &*d_dscale, std::vector<uint8_t>(table_grad_bytes), param_elem});
     rms_norm_table_grads_model(c.dtype, grad.data(), x.data(), c.weighted ? weight.data() : nullptr, rstd.data(), keys,
                                c.table_rows, rows, c.hidden, outputs[outputs.size() - 2].expected.data(),
-                               outputs.back().expected.data());
+                               outputs.back().expected.data(), param_grad_dtype);
   }
   return judge_backward(
       runtime, device_id,

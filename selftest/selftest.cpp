@@ -140,11 +140,11 @@ llvm::Expected<CaseOutcome> run_adaln_row_gather_case(Runtime& runtime, int devi
 }
 
 std::string RmsNormCase::name() const {
-  return fmt::format("rms_norm {} H={} {} {} S={} B={}{}", dtype_name(dtype), hidden,
+  return fmt::format("rms_norm {} H={} {} {} S={} B={}{}{}", dtype_name(dtype), hidden,
                      table_stride ? fmt::format("modulated stride={} R={} index={}", table_stride, table_rows,
                                                 index_type_name(index))
                                   : std::string("plain"),
-                     weighted ? "weight" : "no-weight", seq, batch,
+                     weighted ? "weight" : "no-weight", seq, batch, fp32_param_grads ? " param-grads=fp32" : "",
                      bad_position >= 0 ? fmt::format(" bad-index@{}", bad_position) : "");
 }
 
@@ -348,6 +348,11 @@ llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int dev
       n.index = stride == 2 * kDefaultHidden ? IndexType::I32 : IndexType::I64;
       n.seed = seed++;
       norm_backward.push_back(n);
+      if (dtype != DType::F32 && n.weighted) {  // the parameter gradients rounded once to fp32
+        n.fp32_param_grads = true;
+        n.seed = seed++;
+        norm_backward.push_back(n);
+      }
     }
     RmsNormCase head;  // qk-norm: H = 128, one warp per row
     head.dtype = dtype;

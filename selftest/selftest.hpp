@@ -68,6 +68,7 @@ struct RmsNormCase {
   int64_t seq = 7;
   int64_t batch = 2;
   int64_t bad_position = -1;  ///< >= 0 (modulated only): index[bad_position] is out of range
+  bool fp32_param_grads = false;  ///< backward: dweight, dshift and dscale in float32
   uint64_t seed = 1;
   std::string name() const;
 };

@@ -160,7 +160,8 @@ XJ_API long long xj_rms_norm_backward_workspace_bytes(long long rows, long long 
 /* grad, x: like the forward's x; weight: the forward's or NULL; scale, index: the forward's (both
  * or neither; the modulated form); rstd (M,) float32 saved by the forward and eps the forward's
  * (fp32 dx recomputes rstd in fp64 with it). Outputs: dx like x;
- * dweight (H,) in the weight's dtype; dshift, dscale (R, H) contiguous in the table's dtype. */
+ * dweight (H,); dshift, dscale (R, H) contiguous; each in x's dtype, or float32 (the same sums
+ * rounded once to fp32). */
 XJ_API exactjit_status_t xj_rms_norm_backward(xj_runtime* runtime, const DLTensor* grad, const DLTensor* x,
                                               const DLTensor* weight, const DLTensor* scale,
                                               const DLTensor* index, const DLTensor* rstd, double eps,

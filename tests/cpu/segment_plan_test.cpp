@@ -251,6 +251,29 @@ TEST(RmsNormBackwardValidation, RowsOfAtMost32QuadsTakeOneWarpEach) {
   EXPECT_EQ(sequence->steps[0].threads, 128u);
 }
 
+// Each parameter gradient may be float32 on its own (its fold writes fp32); fp16 for bf16 x is
+// refused by name.
+TEST(RmsNormBackwardValidation, ParameterGradientsMayBeFloat32) {
+  FakeTensor grad{1 * GiB, {2, 7, H}, kBF16}, x{2 * GiB, {2, 7, H}, kBF16}, weight{10 * GiB, {H}, kBF16};
+  FakeTensor scale{3 * GiB + H * 2, {9, H}, kBF16, {6 * H, 1}}, index{4 * GiB, {7}, kI64};
+  FakeTensor rstd{5 * GiB, {14}, kF32}, dx{6 * GiB, {2, 7, H}, kBF16}, dshift{7 * GiB, {9, H}, kF32};
+  FakeTensor dscale{8 * GiB, {9, H}, kBF16}, dweight{11 * GiB, {H}, kF32};
+  FakeTensor workspace{9 * GiB, {rms_norm_backward_workspace(14, 7, 9, H, true)}, kU8};
+  auto plan = [&] {
+    return plan_rms_norm_backward({grad.t, x.t, &weight.t, &scale.t, &index.t, rstd.t, 1e-5, &dx.t, &dweight.t,
+                                   &dshift.t, &dscale.t, &workspace.t});
+  };
+  auto sequence = plan();
+  ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
+  ASSERT_EQ(sequence->count, 8);  // plan (3), dx, tiles, folds of dshift, dscale, dweight
+  EXPECT_EQ(sequence->steps[4].spec.dtype, DType::BF16);  // the tiles read bf16
+  EXPECT_EQ(sequence->steps[5].spec.dtype, DType::F32);   // dshift
+  EXPECT_EQ(sequence->steps[6].spec.dtype, DType::BF16);  // dscale
+  EXPECT_EQ(sequence->steps[7].spec.dtype, DType::F32);   // dweight
+  dscale.t.dtype = test::kF16;
+  EXPECT_EQ(message_of(plan()), "rms_norm_backward: dscale must be in x's dtype bf16 or float32 (got fp16)");
+}
+
 TEST(RmsNormBackwardValidation, ModulatedCallPlansEveryGradient) {
   FakeTensor grad{1 * GiB, {2, 7, H}, kBF16}, x{2 * GiB, {2, 7, H}, kBF16};
   FakeTensor scale{3 * GiB + H * 2, {9, H}, kBF16, {6 * H, 1}}, index{4 * GiB, {7}, kI64};

@@ -56,42 +56,42 @@ llvm::Expected<SequenceParallelPlan> sequence_parallel_plan(const std::vector<in
     RankTiles& mine = plan.ranks[r];
     mine.local_rows = batch * (shard_start[r + 1] - shard_start[r]);
     mine.tile_start = {0};
-    mine.receive_counts.assign(static_cast<size_t>(ranks), 0);
     mine.send.resize(static_cast<size_t>(ranks));
   }
-  // First pass: owners, and each owned tile's rows as local ids or, for a row held elsewhere, as
-  // -(1 + its place among the rows received from its source) with the source noted beside it.
+  // First pass: each tile's owner, and what every holder of one of its other rows sends it.
   const int64_t tiles = static_cast<int64_t>(plan.global.tile_row.size());
-  std::vector<std::vector<int64_t>> row_source(static_cast<size_t>(ranks));
   plan.tile_owner.resize(static_cast<size_t>(tiles));
   for (int64_t t = 0; t < tiles; ++t) {
     const std::vector<int64_t> rows = segment_tile_rows(plan.global, t);
     const int64_t owner = rank_of(rows.front() % seq);
     plan.tile_owner[t] = static_cast<int32_t>(owner);
-    RankTiles& mine = plan.ranks[owner];
-    mine.tiles.push_back(t);
-    for (int64_t row : rows) {
-      const int64_t holder = rank_of(row % seq);
-      if (holder == owner) {
-        mine.rows.push_back(local_row(row, owner));
-        row_source[owner].push_back(-1);
-        continue;
-      }
-      mine.rows.push_back(-(1 + mine.receive_counts[holder]++));
-      row_source[owner].push_back(holder);
-      plan.ranks[holder].send[owner].push_back(local_row(row, holder));
-    }
-    mine.tile_start.push_back(static_cast<int64_t>(mine.rows.size()));
+    plan.ranks[owner].tiles.push_back(t);
+    for (int64_t row : rows)
+      if (const int64_t holder = rank_of(row % seq); holder != owner)
+        plan.ranks[holder].send[owner].push_back(local_row(row, holder));
   }
-  // Second pass: received rows follow the local ones, grouped by source rank in rank order (as
-  // an all-to-all delivers them).
+  // Received rows follow the local ones, grouped by source rank in rank order (as an all-to-all
+  // delivers them), each source's in its send order.
+  std::vector<std::vector<int64_t>> next_received(static_cast<size_t>(ranks));
   for (int64_t r = 0; r < ranks; ++r) {
     RankTiles& mine = plan.ranks[r];
-    std::vector<int64_t> source_offset(static_cast<size_t>(ranks), mine.local_rows);
-    for (int64_t q = 1; q < ranks; ++q) source_offset[q] = source_offset[q - 1] + mine.receive_counts[q - 1];
-    for (size_t i = 0; i < mine.rows.size(); ++i)
-      if (row_source[r][i] >= 0) mine.rows[i] = source_offset[row_source[r][i]] + (-mine.rows[i] - 1);
+    int64_t at = mine.local_rows;
+    for (int64_t q = 0; q < ranks; ++q) {
+      mine.receive_counts.push_back(static_cast<int64_t>(plan.ranks[q].send[r].size()));
+      next_received[r].push_back(at);
+      at += mine.receive_counts.back();
+    }
     plan.max_tiles = std::max(plan.max_tiles, static_cast<int64_t>(mine.tiles.size()));
+  }
+  // Second pass: each owned tile's rows in summation order, in its owner's extended buffer.
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t owner = plan.tile_owner[t];
+    RankTiles& mine = plan.ranks[owner];
+    for (int64_t row : segment_tile_rows(plan.global, t)) {
+      const int64_t holder = rank_of(row % seq);
+      mine.rows.push_back(holder == owner ? local_row(row, owner) : next_received[owner][holder]++);
+    }
+    mine.tile_start.push_back(static_cast<int64_t>(mine.rows.size()));
   }
   plan.gathered_slot.resize(static_cast<size_t>(tiles));
   for (int64_t r = 0; r < ranks; ++r)

@@ -70,8 +70,7 @@ std::optional<KernelSpec> parse_codegen5_spec(llvm::StringRef line) {
   for (llvm::StringRef field : fields) value.insert(field.split('='));
   const std::string size = value.lookup("hidden").str();
   // Keyed: a plan kernel whose family counts key tensors (segment_count), as its row says.
-  const std::vector<KernelSpec> family = op_row(*op).family_specs(KernelSpec{});
-  const bool keyed = !family.empty() && family.front().key_tensors != 0;
+  const bool keyed = shape == SpecShape::Plan && op_row(*op).family_specs(KernelSpec{}).front().key_tensors != 0;
   const std::string today =
       shape == SpecShape::Channels
           ? fmt::format("{} dtype={} channels={} target={}", name.str(), value.lookup("dtype").str(), size,

@@ -15,6 +15,8 @@ constexpr int kTileChunks = spec::kTileChunks;
 constexpr int kTiles = (kChunks + kTileChunks - 1) / kTileChunks;
 constexpr int kRowVecs = kRowVecsFor<kTileChunks>;
 constexpr int kMinBlocks = 4;  // per SM: 8 warps at <= 64 registers, 4 warps at <= 128
+// x's vectors cast one at a time: the first kDepth chunks' weights hold the registers meanwhile.
+constexpr int kStageBatch = 1;
 constexpr int kRounds = kChunks / kDepth;
 constexpr int kLeftover = kChunks % kDepth;
 
@@ -55,7 +57,7 @@ XJ_ENTRY(const float* __restrict__ temb, const xj::bf16* __restrict__ weight, co
 #pragma unroll
   for (int d = 0; d < kDepth; ++d)
     if (d < kChunks) load_chunk(buf[d], w_lo, w_hi, d, quad);
-  stage<kTileChunks>(xs, x, live_rows, 0);
+  stage<kTileChunks, kStageBatch>(xs, x, live_rows, 0);
   __syncthreads();
 
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -63,7 +65,7 @@ XJ_ENTRY(const float* __restrict__ temb, const xj::bf16* __restrict__ weight, co
   for (int j0 = 0; j0 < kRounds * kDepth; j0 += kDepth) {
     if (kTiles > 1 && j0 > 0 && j0 % kTileChunks == 0) {
       __syncthreads();
-      stage<kTileChunks>(xs, x, live_rows, j0 / kTileChunks);
+      stage<kTileChunks, kStageBatch>(xs, x, live_rows, j0 / kTileChunks);
       __syncthreads();
     }
 #pragma unroll
@@ -76,7 +78,7 @@ XJ_ENTRY(const float* __restrict__ temb, const xj::bf16* __restrict__ weight, co
   if (kLeftover > 0) {
     if (kTiles > 1 && (kRounds * kDepth) % kTileChunks == 0) {
       __syncthreads();
-      stage<kTileChunks>(xs, x, live_rows, (kRounds * kDepth) / kTileChunks);
+      stage<kTileChunks, kStageBatch>(xs, x, live_rows, (kRounds * kDepth) / kTileChunks);
       __syncthreads();
     }
 #pragma unroll

@@ -17,6 +17,9 @@ constexpr int kStages = spec::kStages;
 constexpr int kTaskStages = (kChunks + kStageChunks - 1) / kStageChunks;
 constexpr long long kTasks = (kN + 15) / 16;
 constexpr int kRowVecs = kRowVecsFor<kChunks>;
+// x's vectors cast 8 at a time per thread (64 registers of loads; the kernel may use 255): a
+// block's cast of 8 rows is then two L2 round trips, hidden behind the ring's first stages.
+constexpr int kStageBatch = 8;
 constexpr int kXBytes = kRows * kRowVecs * 16;
 // A feature's bytes in a slot: 64 * kStageChunks with kStageChunks odd, so 64 (mod 128): the rows
 // g and g + 1 a quarter warp reads fall in opposite halves of the 32 banks.
@@ -94,7 +97,7 @@ XJ_ENTRY(const float* __restrict__ temb, const xj::bf16* __restrict__ weight, co
   }
   __syncwarp();
   for (int i = 0; i < kStages && i < stages; ++i) issue(i, warp_id, warp_count, weight, ring, barriers, lane);
-  stage<kChunks>(xs, temb + row0 * kK, live_rows, 0);
+  stage<kChunks, kStageBatch>(xs, temb + row0 * kK, live_rows, 0);
   __syncthreads();
 
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};

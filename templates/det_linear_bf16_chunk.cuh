@@ -62,26 +62,43 @@ constexpr int kRowVecsFor = 4 * kTileChunks + ((4 * kTileChunks) % 8 == 0 ? 4 : 
 
 // Casts x[:, chunks of tile `tile`] into shared memory with all the block's threads: vector v of
 // row t holds x[t, 32 * kTileChunks * tile + 8v .. 8v + 7]; rows past live_rows and k >= K are zeros.
-template <int kTileChunks>
+// A thread takes its vectors kBatch at a time, every load of a batch issued before any of its
+// SiLUs, so the cast waits for one L2 round trip per batch instead of one per vector.
+template <int kTileChunks, int kBatch>
 __device__ __forceinline__ void stage(uint4 (*xs)[kRowVecsFor<kTileChunks>], const float* __restrict__ temb,
                                       int live_rows, int tile) {
+  constexpr int kVectors = kRows * 4 * kTileChunks;
   const int k0 = 32 * kTileChunks * tile;
-  for (int i = threadIdx.x; i < kRows * 4 * kTileChunks; i += blockDim.x) {
-    const int t = i / (4 * kTileChunks), v = i % (4 * kTileChunks);
-    const int k = k0 + 8 * v;
-    xj::u32 word[4] = {0u, 0u, 0u, 0u};
-    if (t < live_rows && k < kK) {
-      const float4* src = reinterpret_cast<const float4*>(temb + (long long)t * kK + k);
-      const float4 f0 = src[0], f1 = src[1];
-      float a[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+  // Vector i's source, or null for a vector of zeros (a row past live_rows, k >= K, i past the end).
+  auto source = [&](int i) -> const float4* {
+    const int t = i / (4 * kTileChunks), k = k0 + 8 * (i % (4 * kTileChunks));
+    return i < kVectors && t < live_rows && k < kK ? reinterpret_cast<const float4*>(temb + (long long)t * kK + k)
+                                                   : nullptr;
+  };
+  for (int first = threadIdx.x; first < kVectors; first += kBatch * blockDim.x) {
+    float4 f[kBatch][2];
+    if (kBatch > 1)
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        if (spec::kSilu) a[e] = xj::div(a[e], xj::add(1.0f, expf(-a[e])));
+      for (int b = 0; b < kBatch; ++b)
+        if (const float4* src = source(first + b * blockDim.x)) f[b][0] = src[0], f[b][1] = src[1];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = first + b * blockDim.x;
+      if (i >= kVectors) break;
+      xj::u32 word[4] = {0u, 0u, 0u, 0u};
+      if (const float4* src = source(i)) {
+        if (kBatch == 1) f[b][0] = src[0], f[b][1] = src[1];  // no batch: load where it is used
+        float a[8] = {f[b][0].x, f[b][0].y, f[b][0].z, f[b][0].w, f[b][1].x, f[b][1].y, f[b][1].z, f[b][1].w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          if (spec::kSilu) a[e] = xj::div(a[e], xj::add(1.0f, expf(-a[e])));
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          word[e] = pack2(xj::round_to<xj::bf16>(a[2 * e]), xj::round_to<xj::bf16>(a[2 * e + 1]));
       }
-#pragma unroll
-      for (int e = 0; e < 4; ++e) word[e] = pack2(xj::round_to<xj::bf16>(a[2 * e]), xj::round_to<xj::bf16>(a[2 * e + 1]));
+      xs[i / (4 * kTileChunks)][i % (4 * kTileChunks)] = make_uint4(word[0], word[1], word[2], word[3]);
     }
-    xs[t][v] = make_uint4(word[0], word[1], word[2], word[3]);
   }
 }
 

@@ -173,7 +173,7 @@ std::string render_det_linear_constants(const KernelSpec& spec) {
         "constexpr int kFoldColumns = {fold_columns};  // fold: columns per block\n"
         "constexpr int kWeightStage = {weight_stage};  // weight grad: rows n whose g is staged at a time\n",
         fmt::arg("grad_bf16", spec.grad_dtype == DType::BF16 ? "true" : "false"),
-        fmt::arg("threads", det_linear_bf16_backward_threads(spec.op)), fmt::arg("chunk", kDetLinearBf16Chunk),
+        fmt::arg("threads", det_linear_bf16_backward_threads(spec.op, spec.in_features)), fmt::arg("chunk", kDetLinearBf16Chunk),
         fmt::arg("group", kDetLinearBf16Group), fmt::arg("fold_columns", kDetLinearFoldColumns),
         fmt::arg("weight_stage", kDetLinearWeightStage));
   return fmt::format(
@@ -200,7 +200,7 @@ RuleBreak in_features_rule(const KernelSpec& spec) {
 
 namespace {
 std::vector<std::string_view> det_linear_templates(const KernelSpec& spec) {
-  if (spec.dtype == DType::F32) return {"fixed_order_sum.cuh", "det_linear_fp32.cuh"};
+  if (spec.dtype == DType::F32) return {"fixed_order_sum.cuh", "vector_io.cuh", "det_linear_fp32.cuh"};
   return {"det_linear_bf16_chunk.cuh",
           det_linear_geometry(spec.dtype, spec.in_features, spec.out_features, spec.target.sm).bulk
               ? "det_linear_bf16_bulk.cuh"

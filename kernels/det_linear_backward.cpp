@@ -31,14 +31,27 @@ int64_t det_linear_backward_workspace(int64_t rows, int64_t in_features, int64_t
   return align_workspace(CheckedSize(out_features).ceil_div(kFp32Chunk) * rows * in_features * 4).value_or(-1);
 }
 
-int det_linear_bf16_backward_threads(OpCode op) {
-  return op == Op::DetLinearInputFold ? 256 : static_cast<int>(kColumns);
-}
-
 int det_linear_bf16_backward_inputs_per_thread(OpCode op) { return op == Op::DetLinearInputGrad ? 4 : 8; }
 
+int det_linear_bf16_backward_threads(OpCode op, int64_t in_features) {
+  if (op == Op::DetLinearInputFold) return 256;
+  if (op != Op::DetLinearInputGrad) return static_cast<int>(kColumns);
+  // The input pass streams a weight row slice per thread for the whole chunk, so a thread past K
+  // holds a block slot for nothing: take the block of 3 to 6 warps that leaves the fewest of them,
+  // 4 on a tie (K = 2688: 3 warps, 7 blocks exactly, where 4 warps left a last block a quarter
+  // busy). 6 warps at most: the ring (192 bytes per thread) and 8 rows of staged g stay in the
+  // 48 KB of static shared memory.
+  const int64_t vectors = in_features / det_linear_bf16_backward_inputs_per_thread(op);
+  auto idle = [&](int64_t threads) { return (vectors + threads - 1) / threads * threads - vectors; };
+  int best = static_cast<int>(kColumns);
+  for (int threads : {96, 160, 192})
+    if (idle(threads) < idle(best)) best = threads;
+  return best;
+}
+
 int64_t det_linear_bf16_backward_column_blocks(OpCode op, int64_t in_features) {
-  return (in_features / det_linear_bf16_backward_inputs_per_thread(op) + kColumns - 1) / kColumns;
+  const int64_t threads = det_linear_bf16_backward_threads(op, in_features);
+  return (in_features / det_linear_bf16_backward_inputs_per_thread(op) + threads - 1) / threads;
 }
 
 llvm::ArrayRef<int> det_linear_backward_row_tiles(DType weight_dtype, OpCode op) {
@@ -109,7 +122,7 @@ llvm::Expected<LaunchSequence> plan_bf16(const DetLinearBackwardArgs& a, llvm::S
                  uint64_t d_bias) {
     LaunchPlan& plan =
         sequence.add(det_linear_backward_spec(DType::BF16, in_features, out_features, a.silu, op, *grad_dtype, rows),
-                     device, grid_x, static_cast<uint32_t>(det_linear_bf16_backward_threads(op)));
+                     device, grid_x, static_cast<uint32_t>(det_linear_bf16_backward_threads(op, in_features)));
     plan.grid_y = grid_y;
     for (uint64_t v : {data_address(a.grad), data_address(a.x), data_address(a.weight), partials, d_input, d_weight,
                        d_bias, static_cast<uint64_t>(rows)})

@@ -49,8 +49,9 @@ inline constexpr int kDetLinearBf16Chunk = 256;
 inline constexpr int kDetLinearBf16Group = 8;
 inline constexpr int kDetLinearFoldColumns = 16;
 inline constexpr int kDetLinearWeightStage = 64;
-/// Threads per block: 128 for the input pass and the weight grad, 256 for the fold.
-int det_linear_bf16_backward_threads(OpCode op);
+/// Threads per block: 256 for the fold, 128 for the weight grad, and for the input pass the block
+/// of 96 to 192 threads that leaves the fewest threads past K in its last column block.
+int det_linear_bf16_backward_threads(OpCode op, int64_t in_features);
 /// Consecutive inputs k a thread owns: 4 in the input pass (an 8-byte vector of a weight row), 8 in
 /// the weight grad (a 16-byte vector of a d_weight row).
 int det_linear_bf16_backward_inputs_per_thread(OpCode op);

@@ -67,6 +67,15 @@ std::string error_of(llvm::Expected<LaunchSequence> sequence) {
 
 // Every gradient asked for: the input pass (d_input partials, d_weight and d_bias in one read of
 // W) and the fold.
+TEST(DetLinearBf16BackwardGeometry, InputPassBlocksLeaveTheFewestThreadsIdle) {
+  EXPECT_EQ(det_linear_bf16_backward_threads(Op::DetLinearInputGrad, 2688), 96);   // 672 vectors: 7 blocks
+  EXPECT_EQ(det_linear_bf16_backward_threads(Op::DetLinearInputGrad, 640), 160);   // 160 vectors: 1 block
+  EXPECT_EQ(det_linear_bf16_backward_threads(Op::DetLinearInputGrad, 4096), 128);  // a tie keeps 4 warps
+  EXPECT_EQ(det_linear_bf16_backward_column_blocks(Op::DetLinearInputGrad, 2688), 7);
+  EXPECT_EQ(det_linear_bf16_backward_threads(Op::DetLinearWeightGrad, 2688), 128);
+  EXPECT_EQ(det_linear_bf16_backward_threads(Op::DetLinearInputFold, 2688), 256);
+}
+
 TEST(DetLinearBf16BackwardValidation, PlansTheInputPassAndTheFold) {
   for (DLDataType g : {kBF16, kF32})
     for (int64_t n : {kBlockN, kFinalN}) {
@@ -86,9 +95,10 @@ TEST(DetLinearBf16BackwardValidation, PlansTheInputPassAndTheFold) {
         EXPECT_EQ(spec.row_tile, ops[i] == Op::DetLinearInputFold ? 8 : 3) << "3 rows: 3 row slots";
         EXPECT_EQ(sequence->steps[i].params[7], 3u) << "rows";
       }
-      EXPECT_EQ(sequence->steps[0].grid, 6u);  // 672 vectors of 4 inputs over 128-thread blocks
+      // 672 vectors of 4 inputs over 96-thread blocks, none idle (128 would leave 96 idle threads)
+      EXPECT_EQ(sequence->steps[0].grid, 7u);
       EXPECT_EQ(sequence->steps[0].grid_y, static_cast<uint32_t>(n / 256));
-      EXPECT_EQ(sequence->steps[0].threads, 128u);
+      EXPECT_EQ(sequence->steps[0].threads, 96u);
       EXPECT_EQ(sequence->steps[1].grid, static_cast<uint32_t>(3 * kK / 16));  // 16 of the T x K columns each
       EXPECT_EQ(sequence->steps[1].grid_y, 1u);
       EXPECT_EQ(sequence->steps[1].threads, 256u);

@@ -200,7 +200,7 @@ RuleBreak in_features_rule(const KernelSpec& spec) {
 
 namespace {
 std::vector<std::string_view> det_linear_templates(const KernelSpec& spec) {
-  if (spec.dtype == DType::F32) return {"fixed_order_sum.cuh", "vector_io.cuh", "det_linear_fp32.cuh"};
+  if (spec.dtype == DType::F32) return {"fixed_order_sum.cuh", "det_linear_fp32.cuh"};
   return {"det_linear_bf16_chunk.cuh",
           det_linear_geometry(spec.dtype, spec.in_features, spec.out_features, spec.target.sm).bulk
               ? "det_linear_bf16_bulk.cuh"

@@ -110,10 +110,8 @@ __device__ __forceinline__ void add_group(const Group& g, const float* const (&x
 
 // Steps 1-3 for the warp's columns and R row slots (live_rows <= R of them live; a slot past them
 // repeats the last live row and is not stored), then bias, activation and the stores.
-typedef float4 Ring[kDepth][kColumns][2][32];  // a warp's weight ring: group slot, column, chunk, lane
-
 template <int R>
-__device__ __forceinline__ void run(Ring& ring, int live_rows, const float* __restrict__ rows_x, const float* const (&w)[kColumns],
+__device__ __forceinline__ void run(int live_rows, const float* __restrict__ rows_x, const float* const (&w)[kColumns],
                                     int lane, long long column0, const float* __restrict__ bias,
                                     float* __restrict__ out, float* __restrict__ pre_activation, long long row0) {
   const float* x[R];
@@ -121,28 +119,19 @@ __device__ __forceinline__ void run(Ring& ring, int live_rows, const float* __re
   for (int t = 0; t < R; ++t) x[t] = rows_x + (long long)(t < live_rows ? t : live_rows - 1) * kK;
   Sum acc[kColumns][R];
   if (kFullGroups > 0) {
-    // The full groups' weights stream through the warp's shared-memory ring, kDepth groups in
-    // flight: asynchronous copies hold no registers, so nothing delays their issue.
-    auto issue = [&](int m) {
-      if (m < kFullGroups)
+    Group buf[kDepth];
 #pragma unroll
-        for (int col = 0; col < kColumns; ++col) {
-          xj::async_copy_16(&ring[m % kDepth][col][0][lane], w[col] + 4 * (lane + 64 * m));
-          xj::async_copy_16(&ring[m % kDepth][col][1][lane], w[col] + 4 * (lane + 64 * m + 32));
-        }
-      xj::async_commit();
-    };
-#pragma unroll
-    for (int d = 0; d < kDepth; ++d) issue(d);
+    for (int d = 0; d < kDepth; ++d) load_group<true>(buf[d], w, lane + 64 * d);
 #pragma unroll 1
-    for (int m = 0; m < kFullGroups; ++m) {
-      xj::async_wait<kDepth - 1>();  // group m is in (each lane reads back only its own copies)
-      Group g;
+    for (int m0 = 0; m0 < kRounds * kDepth; m0 += kDepth) {
 #pragma unroll
-      for (int col = 0; col < kColumns; ++col) g[col][0] = ring[m % kDepth][col][0][lane], g[col][1] = ring[m % kDepth][col][1][lane];
-      issue(m + kDepth);
-      add_group<R, true>(g, x, lane + 64 * m, acc);
+      for (int d = 0; d < kDepth; ++d) {
+        add_group<R, true>(buf[d], x, lane + 64 * (m0 + d), acc);
+        if (m0 + d + kDepth < kFullGroups) load_group<true>(buf[d], w, lane + 64 * (m0 + d + kDepth));
+      }
     }
+#pragma unroll
+    for (int d = 0; d < kLeftover; ++d) add_group<R, true>(buf[d], x, lane + 64 * (kRounds * kDepth + d), acc);
   }
   if (kTailChunks > 0) {
     Group g;
@@ -193,16 +182,16 @@ __device__ __forceinline__ void run(Ring& ring, int live_rows, const float* __re
 
 // Runs the smallest specialisation R in {kRows, kRows / 2, ..., 1} with live_rows <= R.
 template <int R>
-__device__ __forceinline__ void dispatch(Ring& ring, int live_rows, const float* __restrict__ x, const float* const (&w)[kColumns],
+__device__ __forceinline__ void dispatch(int live_rows, const float* __restrict__ x, const float* const (&w)[kColumns],
                                          int lane, long long column0, const float* __restrict__ bias,
                                          float* __restrict__ out, float* __restrict__ pre_activation, long long row0) {
   if constexpr (R > 1) {
     if (live_rows <= R / 2) {
-      dispatch<R / 2>(ring, live_rows, x, w, lane, column0, bias, out, pre_activation, row0);
+      dispatch<R / 2>(live_rows, x, w, lane, column0, bias, out, pre_activation, row0);
       return;
     }
   }
-  run<R>(ring, live_rows, x, w, lane, column0, bias, out, pre_activation, row0);
+  run<R>(live_rows, x, w, lane, column0, bias, out, pre_activation, row0);
 }
 
 }  // namespace det_linear
@@ -219,6 +208,5 @@ XJ_ENTRY(const float* __restrict__ x, const float* __restrict__ weight, const fl
   const float* w[kColumns];
 #pragma unroll
   for (int col = 0; col < kColumns; ++col) w[col] = weight + (column0 + col < kN ? column0 + col : kN - 1) * kK;
-  __shared__ Ring rings[kWarps];
-  dispatch<kRows>(rings[warp], live_rows, x + row0 * kK, w, lane, column0, bias, out, pre_activation, row0);
+  dispatch<kRows>(live_rows, x + row0 * kK, w, lane, column0, bias, out, pre_activation, row0);
 }

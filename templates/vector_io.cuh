@@ -51,21 +51,11 @@ XJ_DEVICE void async_copy_8(void* shared_dst, const void* src) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
 }
-// 16 bytes copied to shared memory asynchronously through L2 only (.cg: streamed, L1 keeps the rest).
-XJ_DEVICE void async_copy_16(void* shared_dst, const void* src) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
 XJ_DEVICE void async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 // Waits until at most kPending of this thread's committed groups are still in flight.
 template <int kPending> XJ_DEVICE void async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
-#else
-// Before sm_80 (no cp.async) the copies are synchronous: the same results, no overlap.
-XJ_DEVICE void async_copy_16(void* shared_dst, const void* src) { *static_cast<uint4*>(shared_dst) = load_streamed(src); }
-XJ_DEVICE void async_commit() {}
-template <int kPending> XJ_DEVICE void async_wait() {}
 #endif
 
 template <typename T, int N> XJ_DEVICE void store_pack(T* dst, const Pack<T, N, true>& p) {

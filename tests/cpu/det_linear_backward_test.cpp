@@ -65,17 +65,18 @@ std::string error_of(llvm::Expected<LaunchSequence> sequence) {
   return llvm::toString(sequence.takeError());
 }
 
-// Every gradient asked for: the input pass (d_input partials, d_weight and d_bias in one read of
-// W) and the fold.
+// The input pass's block: the size of 3 to 6 warps that leaves the fewest threads past K.
 TEST(DetLinearBf16BackwardGeometry, InputPassBlocksLeaveTheFewestThreadsIdle) {
   EXPECT_EQ(det_linear_bf16_backward_threads(Op::DetLinearInputGrad, 2688), 96);   // 672 vectors: 7 blocks
   EXPECT_EQ(det_linear_bf16_backward_threads(Op::DetLinearInputGrad, 640), 160);   // 160 vectors: 1 block
-  EXPECT_EQ(det_linear_bf16_backward_threads(Op::DetLinearInputGrad, 4096), 128);  // a tie keeps 4 warps
+  EXPECT_EQ(det_linear_bf16_backward_threads(Op::DetLinearInputGrad, 4096), 128);  // 1024 vectors: 8 blocks of 4 warps
   EXPECT_EQ(det_linear_bf16_backward_column_blocks(Op::DetLinearInputGrad, 2688), 7);
   EXPECT_EQ(det_linear_bf16_backward_threads(Op::DetLinearWeightGrad, 2688), 128);
   EXPECT_EQ(det_linear_bf16_backward_threads(Op::DetLinearInputFold, 2688), 256);
 }
 
+// Every gradient asked for: the input pass (d_input partials, d_weight and d_bias in one read of
+// W) and the fold.
 TEST(DetLinearBf16BackwardValidation, PlansTheInputPassAndTheFold) {
   for (DLDataType g : {kBF16, kF32})
     for (int64_t n : {kBlockN, kFinalN}) {

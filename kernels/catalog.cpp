@@ -22,6 +22,12 @@ std::vector<KernelSpec> default_catalog(Target target) {
     for (const OpRow* row : op_table())
       for (KernelSpec spec : row->catalog(dtype)) {
         spec.target = target;
+        // A kernel the target cannot run (the one-pass rms_norm backward before sm_90, bf16
+        // det_linear before sm_80) is not that target's: its calls take another path.
+        if (llvm::Error err = validate_spec(spec)) {
+          llvm::consumeError(std::move(err));
+          continue;
+        }
         specs.push_back(spec);
       }
   return specs;

@@ -5,6 +5,7 @@
 #include "kernels/catalog.hpp"
 
 #include "kernels/det_linear_backward.hpp"
+#include "kernels/op_rules.hpp"
 #include "kernels/spec_limits.hpp"
 #include "kernels/tensor_check.hpp"
 
@@ -17,12 +18,6 @@ namespace {
 constexpr std::string_view kOp = "det_linear";
 ArgName arg(std::string_view name) { return {kOp, name}; }
 constexpr int kRowTile = 8;
-}  // namespace
-
-namespace {
-// Dynamic shared memory a block may opt into on sm_90 and sm_100 (227 KB).
-constexpr uint32_t kBulkSharedLimit = 232448;
-bool has_bulk_copies(int sm) { return sm == 90 || sm == 100 || sm == 103; }
 }  // namespace
 
 DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, int64_t out_features, int target_sm) {
@@ -201,10 +196,9 @@ RuleBreak in_features_rule(const KernelSpec& spec) {
 namespace {
 std::vector<std::string_view> det_linear_templates(const KernelSpec& spec) {
   if (spec.dtype == DType::F32) return {"fixed_order_sum.cuh", "det_linear_fp32.cuh"};
-  return {"det_linear_bf16_chunk.cuh",
-          det_linear_geometry(spec.dtype, spec.in_features, spec.out_features, spec.target.sm).bulk
-              ? "det_linear_bf16_bulk.cuh"
-              : "det_linear_bf16.cuh"};
+  if (det_linear_geometry(spec.dtype, spec.in_features, spec.out_features, spec.target.sm).bulk)
+    return {"det_linear_bf16_chunk.cuh", "bulk_copy.cuh", "det_linear_bf16_bulk.cuh"};
+  return {"det_linear_bf16_chunk.cuh", "det_linear_bf16.cuh"};
 }
 RuleBreak det_linear_rule(const KernelSpec& spec) {
   if (spec.dtype == DType::F16) return {RuleSubject::Spec, "det_linear weights are bf16 or fp32"};

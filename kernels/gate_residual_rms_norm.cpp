@@ -34,7 +34,7 @@ llvm::Error in_terms_of(std::string_view op, llvm::Error error) {
   std::string& m = report.message;
   for (const auto& [from, to] : {std::pair{"gate_residual: out", "h"}, {"rms_norm: x", "h"},
                                  {"gate_residual_backward: grad", "d_residual"}, {"rms_norm_backward: grad", "grad_out"},
-                                 {"rms_norm_backward: x", "h"}, {"rms_norm_backward: dx", "d_residual"},
+                                 {"rms_norm_backward: x", "h"}, {"rms_norm_backward: dx", "d_residual"}, {"rms_norm_backward: residual_grad", "grad_h"},
                                  {"rms_norm_backward: dweight", "d_weight"}, {"rms_norm_backward: dshift", "d_shift"},
                                  {"rms_norm_backward: dscale", "d_scale"}})
     if (m.rfind(from, 0) == 0) m = fmt::format("{}: {}{}", op, to, m.substr(std::string_view(from).size()));
@@ -121,7 +121,8 @@ int64_t gate_residual_rms_norm_backward_workspace(int64_t rows, int64_t seq, int
   return (align_workspace(CheckedSize(norm)) + gated).value_or(-1);
 }
 
-llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateResidualRmsNormBackwardArgs& a) {
+llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateResidualRmsNormBackwardArgs& a,
+                                                                    const DeviceTraits& device) {
   const ArgName workspace_name{kBackwardOp, "workspace"};
   const bool modulated = a.scale != nullptr;
   const bool weighted = a.weight != nullptr;
@@ -163,14 +164,9 @@ llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateRe
 
   auto sequence = plan_rms_norm_backward({a.grad_out, a.h, a.weight, a.scale, modulated ? &a.index : nullptr, a.rstd,
                                           a.eps, &a.d_residual, a.d_weight, a.d_shift, a.d_scale,
-                                          a.workspace ? &norm_ws : nullptr});
+                                          a.workspace ? &norm_ws : nullptr, a.grad_h},
+                                         device);
   if (!sequence) return in_terms_of(kBackwardOp, sequence.takeError());
-  if (a.grad_h) {
-    if (auto err = require_like({kBackwardOp, "grad_h"}, *a.grad_h, "h", a.h)) return err;
-    auto dtype = float_dtype({kBackwardOp, "h"}, a.h);
-    if (!dtype) return dtype.takeError();
-    if (auto err = require_quads({kBackwardOp, "grad_h"}, *a.grad_h, *dtype)) return err;
-  }
   if (gate_part) {
     auto gated = plan_gate_residual_backward({a.d_residual, a.gate, a.index, a.y, a.d_y, a.d_gate, &gated_ws});
     if (!gated) return in_terms_of(kBackwardOp, gated.takeError());
@@ -184,15 +180,15 @@ llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateRe
                                           {"d_residual", "d_y", "d_gate", "d_weight", "d_shift", "d_scale", "workspace"}))
     return err;
 
-  // With grad_h, rms_norm's dx kernel becomes this op's: the same template adding grad_h. The
-  // plans' segment_count kernels, the first to meet a bad index, report it as this op's.
+  // With grad_h (passed as the residual gradient), rms_norm's dx kernel becomes this op's: the
+  // same template adding grad_h, reporting a bad index as this op's (the one-pass kernel adds it
+  // itself and reads no index). The plans' segment_count kernels, the first to meet a bad index,
+  // report it as this op's.
   for (int k = 0; k < sequence->count; ++k) {
     LaunchPlan& step = sequence->steps[k];
     if (step.spec.op == Op::SegmentCount)
       step.params[kSegmentCountReportCode] = op_code(Op::GateResidualRmsNormBackward);
-    if (step.spec.op != Op::RmsNormBackward || !a.grad_h) continue;
-    step.spec.op = Op::GateResidualRmsNormBackward;
-    step.params[1] = data_address(*a.grad_h);
+    if (step.spec.op == Op::RmsNormBackward && a.grad_h) step.spec.op = Op::GateResidualRmsNormBackward;
   }
   return sequence;
 }
@@ -277,7 +273,8 @@ extern "C" exactjit_status_t xj_gate_residual_rms_norm_backward(
         return r.launch(exactjit::plan_gate_residual_rms_norm_backward({*grad_out, grad_h, *h, *y, *gate, *index,
                                                                         weight, scale, *rstd, eps, *d_residual, d_y,
                                                                         d_gate, d_weight, d_shift, d_scale,
-                                                                        workspace}),
+                                                                        workspace},
+                                                                       r.traits(h->device)),
                         stream);
       });
 }

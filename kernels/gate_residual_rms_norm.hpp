@@ -58,7 +58,9 @@ struct GateResidualRmsNormBackwardArgs {
 int64_t gate_residual_rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden,
                                                   bool weighted, bool modulated);
 
-llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateResidualRmsNormBackwardArgs& args);
+/// `device`: as rms_norm's backward (its one-pass kernel adds grad_h itself).
+llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateResidualRmsNormBackwardArgs& args,
+                                                                    const DeviceTraits& device = {});
 
 /// The forward's row and the row of the backward's dx kernel (rms_norm_backward.cuh with the
 /// residual gradient added).

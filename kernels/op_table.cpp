@@ -22,9 +22,10 @@ namespace {
 
 // Listed by family, the row carrying the family's help line first: `exactjit --help` shows them
 // in this order.
-const std::array<const OpRow*, 20> kRows = {
+const std::array<const OpRow*, 21> kRows = {
     &kGateResidualRow,        &kGateResidualBackwardRow,        &kAdalnRowGatherRow,   &kAdalnRowGatherBackwardRow,
     &kRmsNormRow,             &kRmsNormBackwardRow,             &kRmsNormTableGradRow, &kRmsNormWeightGradRow,
+    &kRmsNormOnePassRow,
     &kGateResidualRmsNormRow, &kGateResidualRmsNormBackwardRow, &kTimestepSinusoidRow, &kTimestepSinusoidBackwardRow,
     &kDetLinearRow,           &kDetLinearInputGradRow,          &kDetLinearInputFoldRow, &kDetLinearWeightGradRow,
     &kSegmentCountRow,        &kSegmentScanRow,                 &kSegmentScatterRow,   &kSegmentFoldRow,

@@ -5,6 +5,7 @@
 
 #include "api/c_entry.hpp"
 #include "codegen/geometry.hpp"
+#include "codegen/render.hpp"
 #include "kernels/backward_check.hpp"
 #include "kernels/op_rules.hpp"
 #include "kernels/segment_plan.hpp"
@@ -54,6 +55,39 @@ Regions regions(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, b
 }
 }  // namespace
 
+namespace {
+// The one-pass kernel (templates/rms_norm_one_pass.cuh): 128 dot threads plus element threads that
+// own two column quads each; kOnePassStages stages of three rows (x, grad, residual_grad), then
+// the weight row and the m row, in dynamic shared memory.
+constexpr int kOnePassStages = 4;
+constexpr int64_t kOnePassMaxHidden = 7168;  // 128 + 896 threads: one 1024-thread block
+
+int one_pass_element_threads(int64_t hidden) { return static_cast<int>((hidden / 4 + 63) / 64 * 32); }
+
+uint32_t one_pass_shared_bytes(const KernelSpec& spec) {
+  return static_cast<uint32_t>((kOnePassStages * 3 + 2) * spec.hidden * static_cast<int64_t>(dtype_size(spec.dtype)));
+}
+
+RuleBreak one_pass_rule(const KernelSpec& spec) {
+  if (RuleBreak broken = rms_norm_rule(spec)) return broken;
+  if (dtype_size(spec.dtype) != 2)
+    return {RuleSubject::Spec, fmt::format("the one-pass backward is for bf16/fp16 rows (got {})", dtype_name(spec.dtype))};
+  if (spec.hidden % 8 != 0 || spec.hidden > kOnePassMaxHidden)
+    return {RuleSubject::Sizes, fmt::format("the one-pass backward needs H a multiple of 8 (16-byte rows) and <= {} "
+                                            "(got {})", kOnePassMaxHidden, spec.hidden)};
+  if (!has_bulk_copies(spec.target.sm))
+    return {RuleSubject::Spec, fmt::format("the one-pass backward needs bulk copies (sm_90 or sm_100; the target is {})",
+                                           spec.target.name())};
+  return {};
+}
+
+// The one-pass kernel pays a tile's whole walk on one SM, so it needs enough tiles to share the
+// SMs; below that the dx kernel and the parameter tiles (every row in parallel) are faster.
+bool one_pass_fills(int64_t max_tiles, const DeviceTraits& device) {
+  return device.multiprocessors > 0 && max_tiles >= device.multiprocessors / 2;
+}
+}  // namespace
+
 int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, bool weighted) {
   const KernelSpec sizes = make_spec(Op::RmsNormBackward, DType::F32, IndexType::I64, hidden, 0, 4);
   if (rows < 0 || seq < 1 || rows % seq != 0 || table_rows < 0 || !size_caps_rule(sizes).empty() || rms_norm_rule(sizes))
@@ -61,16 +95,16 @@ int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_row
   return regions(rows, seq, table_rows, hidden, weighted).end;
 }
 
-llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs& a) {
+llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs& a, const DeviceTraits& device) {
   const bool modulated = a.scale || a.index;
   if (modulated && !(a.scale && a.index)) return invalid(arg("scale"), "scale and index must be given together");
   if (!std::isfinite(a.eps) || a.eps < 0) return invalid(arg("eps"), fmt::format("must be finite and >= 0 (got {})", a.eps));
   if (a.dweight && !a.weight) return invalid(arg("dweight"), "needs the forward's weight");
   if ((a.dshift || a.dscale) && !modulated) return invalid(arg("dshift"), "dshift/dscale need scale and index");
-  llvm::SmallVector<NamedTensor, 12> tensors = {{"grad", &a.grad}, {"x", &a.x}, {"rstd", &a.rstd}};
+  llvm::SmallVector<NamedTensor, 13> tensors = {{"grad", &a.grad}, {"x", &a.x}, {"rstd", &a.rstd}};
   for (const auto& [name, t] : {std::pair{"weight", a.weight}, {"scale", a.scale}, {"index", a.index}, {"dx", a.dx},
                                 {"dweight", a.dweight}, {"dshift", a.dshift}, {"dscale", a.dscale},
-                                {"workspace", a.workspace}})
+                                {"workspace", a.workspace}, {"residual_grad", a.residual_grad}})
     if (t) tensors.push_back({name, t});
   if (auto err = require_cuda_on_one_device(kOp, tensors)) return err;
 
@@ -91,6 +125,12 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
   if (a.dx) {
     if (auto err = require_like(arg("dx"), *a.dx, "x", a.x)) return err;
     if (data_address(*a.dx) % (4 * elem) != 0) return invalid(arg("dx"), "must be aligned to 4 elements");
+  }
+  if (a.residual_grad) {
+    if (!a.dx) return invalid(arg("residual_grad"), "is added to dx, which is not asked for");
+    if (auto err = require_like(arg("residual_grad"), *a.residual_grad, "x", a.x)) return err;
+    if (data_address(*a.residual_grad) % (4 * elem) != 0)
+      return invalid(arg("residual_grad"), "must be aligned to 4 elements");
   }
   if (a.rstd.dtype.code != kDLFloat || a.rstd.dtype.bits != 32 || a.rstd.ndim != 1 || a.rstd.shape[0] != rows ||
       !is_contiguous(a.rstd))
@@ -158,51 +198,72 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
     return err;
 
   const uint64_t ws = needs_workspace ? data_address(*a.workspace) : 0;
-  const int device = a.x.device.device_id;
   const uint64_t weight = a.weight ? data_address(*a.weight) : 0;
   const uint64_t scale = modulated ? data_address(*a.scale) : 0;
   const uint64_t index = modulated ? data_address(*a.index) : 0;
   // Modulated, every parameter gradient is a sum over the table rows' lists: one plan, one pass.
   const bool plan_sums = table_grads || (modulated && a.dweight);
+  const int device_id = a.x.device.device_id;
   if (plan_sums)
-    add_plan_launches(sequence, r.layout, ws, device, index_type, index, 0, table_rows, Op::RmsNormBackward);
-  if (a.dx) {
+    add_plan_launches(sequence, r.layout, ws, device_id, index_type, index, 0, table_rows, Op::RmsNormBackward);
+  auto at_or_null = [&](const DLTensor* wanted, int64_t offset) { return wanted ? ws + offset : 0; };
+  // dx and the tile partials in one pass where the device and the call allow it (same bits).
+  KernelSpec one_pass = make_spec(Op::RmsNormOnePass, *dtype, IndexType::I64, hidden, 0, 4, a.weight != nullptr);
+  one_pass.target.sm = device.sm;
+  const bool rows_by_bulk_copy = data_address(a.x) % 16 == 0 && data_address(a.grad) % 16 == 0 &&
+                                 (!a.residual_grad || data_address(*a.residual_grad) % 16 == 0);
+  const bool in_one_pass = plan_sums && a.dx && !one_pass_rule(one_pass) && rows_by_bulk_copy &&
+                           one_pass_fills(r.layout.max_tiles, device);
+  one_pass.target = {};  // the runtime sets it per device
+  if (in_one_pass) {
+    LaunchPlan& pass = sequence.add(one_pass, device_id, static_cast<uint32_t>(r.layout.max_tiles),
+                                    static_cast<uint32_t>(128 + one_pass_element_threads(hidden)));
+    pass.shared_bytes = one_pass_shared_bytes(one_pass);
+    for (uint64_t v : {data_address(a.grad), a.residual_grad ? data_address(*a.residual_grad) : 0, data_address(a.x),
+                       weight, scale, data_address(a.rstd), data_address(*a.dx), at_or_null(a.dshift, r.shift_partials),
+                       at_or_null(a.dscale, r.scale_partials), at_or_null(a.dweight, r.weight_partials),
+                       static_cast<uint64_t>(table_stride)})
+      pass.push(v);
+    push_plan_params(pass, r.layout, ws);
+  } else if (a.dx) {
     const KernelSpec spec = make_spec(Op::RmsNormBackward, *dtype, modulated ? index_type : IndexType::I64, hidden,
                                       table_stride, 4, a.weight != nullptr);
     if (rows > INT_MAX) return invalid(arg("x"), fmt::format("has too many rows ({}) for one launch", rows));
     const int64_t rows_per_block = codegen::rms_norm_rows_per_block(hidden);
-    LaunchPlan& dx = sequence.add(spec, device, static_cast<uint32_t>((rows + rows_per_block - 1) / rows_per_block),
+    LaunchPlan& dx = sequence.add(spec, device_id, static_cast<uint32_t>((rows + rows_per_block - 1) / rows_per_block),
                                   codegen::backward_threads(spec));
-    for (uint64_t v : {data_address(a.grad), uint64_t{0}, data_address(a.x), weight, scale, index, data_address(a.rstd)})
-      dx.push(v);  // no residual gradient: dx is the norm's alone
+    for (uint64_t v : {data_address(a.grad), a.residual_grad ? data_address(*a.residual_grad) : 0, data_address(a.x),
+                       weight, scale, index, data_address(a.rstd)})
+      dx.push(v);
     dx.push_double(a.eps);  // fp32 dx recomputes rstd (in fp64) instead of reading the forward's
     for (uint64_t v : {data_address(*a.dx), static_cast<uint64_t>(rows), static_cast<uint64_t>(seq),
                        static_cast<uint64_t>(table_rows)})
       dx.push(v);
   }
-  auto at_or_null = [&](const DLTensor* wanted, int64_t offset) { return wanted ? ws + offset : 0; };
   // A tiles kernel: grad, x, weight, scale, rstd, three partials pointers, the scale rows' stride.
   auto add_tiles = [&](OpCode op, int64_t grid, std::initializer_list<uint64_t> params) -> LaunchPlan& {
     const KernelSpec spec = make_spec(op, *dtype, IndexType::I64, hidden, 0, 4, op == Op::RmsNormTableGrad && a.weight);
-    LaunchPlan& tiles = sequence.add(spec, device, static_cast<uint32_t>(grid), codegen::backward_threads(spec));
+    LaunchPlan& tiles = sequence.add(spec, device_id, static_cast<uint32_t>(grid), codegen::backward_threads(spec));
     tiles.grid_y = static_cast<uint32_t>(codegen::column_slices(spec));
     for (uint64_t v : params) tiles.push(v);
     return tiles;
   };
   if (plan_sums) {
-    // One block per plan tile; the scale rows (row stride table_stride) give dweight's d_n.
-    LaunchPlan& tiles = add_tiles(Op::RmsNormTableGrad, r.layout.max_tiles,
-                                  {data_address(a.grad), data_address(a.x), weight, scale, data_address(a.rstd),
-                                   at_or_null(a.dshift, r.shift_partials), at_or_null(a.dscale, r.scale_partials),
-                                   at_or_null(a.dweight, r.weight_partials), static_cast<uint64_t>(table_stride)});
-    push_plan_params(tiles, r.layout, ws);
+    if (!in_one_pass) {
+      // One block per plan tile; the scale rows (row stride table_stride) give dweight's d_n.
+      LaunchPlan& tiles = add_tiles(Op::RmsNormTableGrad, r.layout.max_tiles,
+                                    {data_address(a.grad), data_address(a.x), weight, scale, data_address(a.rstd),
+                                     at_or_null(a.dshift, r.shift_partials), at_or_null(a.dscale, r.scale_partials),
+                                     at_or_null(a.dweight, r.weight_partials), static_cast<uint64_t>(table_stride)});
+      push_plan_params(tiles, r.layout, ws);
+    }
     for (const auto& [out, offset, out_dtype] :
          {std::tuple{a.dshift, r.shift_partials, *dshift_dtype}, {a.dscale, r.scale_partials, *dscale_dtype}})
       if (out)
-        add_fold_launch(sequence, &r.layout, ws, device, out_dtype, ws + offset, r.layout.max_tiles, hidden,
+        add_fold_launch(sequence, &r.layout, ws, device_id, out_dtype, ws + offset, r.layout.max_tiles, hidden,
                         data_address(*out));
     if (a.dweight)
-      add_fold_launch(sequence, &r.layout, ws, device, *dweight_dtype, ws + r.weight_partials, r.layout.max_tiles,
+      add_fold_launch(sequence, &r.layout, ws, device_id, *dweight_dtype, ws + r.weight_partials, r.layout.max_tiles,
                       hidden, data_address(*a.dweight), /*whole_table=*/true);
   } else if (a.dweight) {
     if (r.weight_tiles > INT_MAX) return invalid(arg("x"), "has too many rows");
@@ -212,14 +273,14 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
     for (int k = 0; k < 5; ++k) tiles.push(0);  // no plan: tiles of consecutive rows
     tiles.push(static_cast<uint64_t>(seq));
     tiles.push(static_cast<uint64_t>(rows / seq));
-    add_fold_launch(sequence, nullptr, ws, device, *dweight_dtype, ws + r.weight_partials, r.weight_tiles, hidden,
+    add_fold_launch(sequence, nullptr, ws, device_id, *dweight_dtype, ws + r.weight_partials, r.weight_tiles, hidden,
                     data_address(*a.dweight));
   }
   return sequence;
 }
 
 std::vector<std::string_view> rms_norm_dx_templates(const KernelSpec&) {
-  return {"quad_io.cuh", "fixed_order_sum.cuh", "row_sum.cuh", "rms_norm_backward.cuh"};
+  return {"quad_io.cuh", "fixed_order_sum.cuh", "row_sum.cuh", "rms_norm_grad_math.cuh", "rms_norm_backward.cuh"};
 }
 
 std::string rms_norm_dx_constants(const KernelSpec& spec, bool residual_grad) {
@@ -230,7 +291,7 @@ std::string rms_norm_dx_constants(const KernelSpec& spec, bool residual_grad) {
 
 namespace {
 std::vector<std::string_view> param_grad_templates(const KernelSpec&) {
-  return {"quad_io.cuh", "fixed_order_sum.cuh", "segment_tiles.cuh", "rms_norm_param_grad.cuh"};
+  return {"quad_io.cuh", "fixed_order_sum.cuh", "segment_tiles.cuh", "rms_norm_grad_math.cuh", "rms_norm_param_grad.cuh"};
 }
 // dx, of the norm alone (gate_residual_rms_norm's backward adds the residual gradient).
 std::string dx_constants(const KernelSpec& spec) { return rms_norm_dx_constants(spec, false); }
@@ -273,6 +334,39 @@ const OpRow kRmsNormWeightGradRow = {
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     param_grad_templates, render_backward_constants, rms_norm_rule, weight_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormWeightGrad, dtype, {0}); }};
 
+namespace {
+std::vector<std::string_view> one_pass_templates(const KernelSpec&) {
+  return {"quad_io.cuh",     "fixed_order_sum.cuh",    "row_sum.cuh",
+          "segment_tiles.cuh", "bulk_copy.cuh", "rms_norm_grad_math.cuh", "rms_norm_one_pass.cuh"};
+}
+// Its partials take the table-grad tiles' groups of rows, so the two give the same bits.
+std::string one_pass_constants(const KernelSpec& spec) {
+  return codegen::render_spec_constants(spec) +
+         fmt::format("constexpr bool kWeighted = {weighted};\n"
+                     "constexpr long long kTilePositions = {tile};\n"
+                     "constexpr int kRowUnroll = {unroll};  // dweight's groups of rows (the table-grad tiles')\n"
+                     "constexpr int kElementThreads = {elements};  // threads that own column quads\n"
+                     "constexpr int kStages = {stages};  // rows in flight\n"
+                     "constexpr int kTargetArch = {arch};\n",
+                     fmt::arg("weighted", spec.weighted ? "true" : "false"), fmt::arg("tile", kTilePositions),
+                     fmt::arg("unroll", kRmsNormTableGradRow.row_unroll),
+                     fmt::arg("elements", one_pass_element_threads(spec.hidden)), fmt::arg("stages", kOnePassStages),
+                     fmt::arg("arch", spec.target.sm));
+}
+std::vector<KernelSpec> one_pass_family(const KernelSpec& sizes) {
+  if (dtype_size(sizes.dtype) != 2) return {};
+  return {make_spec(Op::RmsNormOnePass, sizes.dtype, IndexType::I64, sizes.hidden, 0, 4, true),
+          make_spec(Op::RmsNormOnePass, sizes.dtype, IndexType::I64, sizes.hidden, 0, 4, false)};
+}
+}  // namespace
+
+// Built for sm_90 and sm_100 only (bulk copies): the catalog of an older target leaves it out.
+const OpRow kRmsNormOnePassRow = {
+    Op::RmsNormOnePass, "rms_norm_one_pass", OpRole::Backward, "rms_norm",
+    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    one_pass_templates, one_pass_constants, one_pass_rule, one_pass_family, [](DType dtype) { return h3_strides(Op::RmsNormOnePass, dtype, {0}); }};
+
 }  // namespace exactjit
 
 extern "C" long long xj_rms_norm_backward_workspace_bytes(long long rows, long long seq, long long table_rows,
@@ -288,7 +382,8 @@ extern "C" exactjit_status_t xj_rms_norm_backward(xj_runtime* runtime, const DLT
   return exactjit::c_abi::call_op(
       runtime, "rms_norm_backward", {{"grad", grad}, {"x", x}, {"rstd", rstd}}, [&](exactjit::Runtime& r) {
         return r.launch(exactjit::plan_rms_norm_backward(
-                            {*grad, *x, weight, scale, index, *rstd, eps, dx, dweight, dshift, dscale, workspace}),
+                            {*grad, *x, weight, scale, index, *rstd, eps, dx, dweight, dshift, dscale, workspace},
+                            r.traits(x->device)),
                         stream);
       });
 }

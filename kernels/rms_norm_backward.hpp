@@ -17,6 +17,7 @@ namespace Op {
 inline constexpr OpCode RmsNormBackward{8};
 inline constexpr OpCode RmsNormTableGrad{9};
 inline constexpr OpCode RmsNormWeightGrad{10};
+inline constexpr OpCode RmsNormOnePass{21};
 }  // namespace Op
 
 struct RmsNormBackwardArgs {
@@ -32,21 +33,29 @@ struct RmsNormBackwardArgs {
   const DLTensor* dshift;     ///< (R, H) contiguous in x's dtype, or null
   const DLTensor* dscale;     ///< (R, H) contiguous in x's dtype, or null
   const DLTensor* workspace;  ///< uint8, rms_norm_backward_workspace bytes
+  /// Like x, or null: added to dx (gate_residual_rms_norm's backward, where x is the residual
+  /// stream h that also flows on; its planner turns the dx kernel into its own).
+  const DLTensor* residual_grad = nullptr;
 };
 
 /// Workspace bytes (table_rows 0 = plain; -1: invalid shapes).
 int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, bool weighted);
 
-llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs& args);
+/// `device`: with bulk copies (sm_90, sm_100) and enough plan tiles to fill it, the modulated
+/// bf16/fp16 backward runs in one pass (rms_norm_one_pass.cuh: dx and the tile partials from one
+/// read of x and grad) instead of the dx kernel and the parameter tiles; the bits are the same.
+llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs& args, const DeviceTraits& device = {});
 
 /// The dx kernel's templates and constants; with residual_grad it adds the residual stream's
 /// gradient (gate_residual_rms_norm's backward runs the same template).
 std::vector<std::string_view> rms_norm_dx_templates(const KernelSpec& spec);
 std::string rms_norm_dx_constants(const KernelSpec& spec, bool residual_grad);
 
-/// The rows of rms_norm's backward kernels: dx, the table gradients, the weight gradient.
+/// The rows of rms_norm's backward kernels: dx, the table gradients, the weight gradient, and the
+/// one-pass kernel that forms dx and the table gradients' partials together.
 extern const OpRow kRmsNormBackwardRow;
 extern const OpRow kRmsNormTableGradRow;
 extern const OpRow kRmsNormWeightGradRow;
+extern const OpRow kRmsNormOnePassRow;
 
 }  // namespace exactjit

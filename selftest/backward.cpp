@@ -230,7 +230,8 @@ llvm::Expected<CaseOutcome> run_rms_norm_backward_case(Runtime& runtime, int dev
             plan_rms_norm_backward({t_grad, t_x, c.weighted ? &t_weight : nullptr, modulated ? &t_scale : nullptr,
                                     modulated ? &t_index : nullptr, t_rstd, kEps, &t_dx,
                                     c.weighted ? &t_dweight : nullptr, modulated ? &t_dshift : nullptr,
-                                    modulated ? &t_dscale : nullptr, &t_ws}),
+                                    modulated ? &t_dscale : nullptr, &t_ws},
+                                   c.one_pass ? DeviceTraits{runtime.traits(t_x.device).sm, 1} : DeviceTraits{}),
             nullptr);
       },
       outputs, c.bad_position >= 0 ? "rms_norm_backward: index[" : "");

@@ -140,12 +140,12 @@ llvm::Expected<CaseOutcome> run_adaln_row_gather_case(Runtime& runtime, int devi
 }
 
 std::string RmsNormCase::name() const {
-  return fmt::format("rms_norm {} H={} {} {} S={} B={}{}{}", dtype_name(dtype), hidden,
+  return fmt::format("rms_norm {} H={} {} {} S={} B={}{}{}{}", dtype_name(dtype), hidden,
                      table_stride ? fmt::format("modulated stride={} R={} index={}", table_stride, table_rows,
                                                 index_type_name(index))
                                   : std::string("plain"),
                      weighted ? "weight" : "no-weight", seq, batch, fp32_param_grads ? " param-grads=fp32" : "",
-                     bad_position >= 0 ? fmt::format(" bad-index@{}", bad_position) : "");
+                     bad_position >= 0 ? fmt::format(" bad-index@{}", bad_position) : "", one_pass ? " one-pass" : "");
 }
 
 llvm::Expected<CaseOutcome> run_rms_norm_case(Runtime& runtime, int device_id, const RmsNormCase& c) {
@@ -353,6 +353,11 @@ llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int dev
         n.seed = seed++;
         norm_backward.push_back(n);
       }
+      if (dtype != DType::F32 && stride != 0) {  // dx and the table sums in one pass: the same bits
+        n.one_pass = true;
+        n.seed = seed++;
+        norm_backward.push_back(n);
+      }
     }
     RmsNormCase head;  // qk-norm: H = 128, one warp per row
     head.dtype = dtype;
@@ -375,6 +380,9 @@ llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int dev
   RmsNormCase bad_norm_backward;
   bad_norm_backward.table_stride = 6 * kDefaultHidden;
   bad_norm_backward.bad_position = 2;
+  bad_norm_backward.seed = seed++;
+  norm_backward.push_back(bad_norm_backward);
+  bad_norm_backward.one_pass = true;
   bad_norm_backward.seed = seed++;
   norm_backward.push_back(bad_norm_backward);
   AdalnRowGatherCase bad_gather_backward;

@@ -27,30 +27,6 @@ constexpr int kFeatureBytes = 64 * kStageChunks;
 constexpr int kSlotBytes = 16 * kFeatureBytes;
 static_assert(kStageChunks % 2 == 1, "a feature's slot bytes are 64 (mod 128)");
 
-__device__ __forceinline__ xj::u32 shared_address(const void* p) { return (xj::u32)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void init_barrier(xj::u32 barrier) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(barrier) : "memory");
-}
-
-// One arrival that also announces the bytes the stage's copies will deliver.
-__device__ __forceinline__ void expect_bytes(xj::u32 barrier, xj::u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(barrier), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void bulk_copy(xj::u32 destination, const void* source, xj::u32 bytes, xj::u32 barrier) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-               ::"r"(destination), "l"(source), "r"(bytes), "r"(barrier) : "memory");
-}
-
-__device__ __forceinline__ void wait_barrier(xj::u32 barrier, xj::u32 parity) {
-  xj::u32 done = 0;
-  while (!done)
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done) : "r"(barrier), "r"(parity) : "memory");
-}
-
 // The first feature of the task that stage i of warp warp_id's sequence belongs to.
 __device__ __forceinline__ long long task_feature0(int i, long long warp_id, long long warp_count) {
   return 16 * (warp_id + (long long)(i / kTaskStages) * warp_count);
@@ -64,11 +40,11 @@ __device__ __forceinline__ void issue(int i, long long warp_id, long long warp_c
   const int k0 = 32 * kStageChunks * (i % kTaskStages);
   const int bytes = 2 * (kK - k0 < 32 * kStageChunks ? kK - k0 : 32 * kStageChunks);
   const xj::u32 barrier = barriers + 8 * (i % kStages);
-  if (lane == 0) expect_bytes(barrier, 16 * bytes);
+  if (lane == 0) xj::expect_bytes(barrier, 16 * bytes);
   __syncwarp();
   if (lane < 16) {
     const long long f = feature0 + lane < kN ? feature0 + lane : kN - 1;
-    bulk_copy(ring + (i % kStages) * kSlotBytes + lane * kFeatureBytes, weight + f * kK + k0, bytes, barrier);
+    xj::bulk_copy(ring + (i % kStages) * kSlotBytes + lane * kFeatureBytes, weight + f * kK + k0, bytes, barrier);
   }
 }
 
@@ -88,12 +64,12 @@ XJ_ENTRY(const float* __restrict__ temb, const xj::bf16* __restrict__ weight, co
 
   auto xs = reinterpret_cast<uint4 (*)[kRowVecs]>(shared);
   const char* ring_of_warp = reinterpret_cast<const char*>(shared) + kXBytes + warp * kStages * kSlotBytes;
-  const xj::u32 ring = shared_address(ring_of_warp);
-  const xj::u32 barriers = shared_address(reinterpret_cast<const char*>(shared) + kXBytes +
+  const xj::u32 ring = xj::shared_address(ring_of_warp);
+  const xj::u32 barriers = xj::shared_address(reinterpret_cast<const char*>(shared) + kXBytes +
                                           warps * kStages * kSlotBytes) + 8 * kStages * warp;
   if (lane == 0) {
-    for (int s = 0; s < kStages; ++s) init_barrier(barriers + 8 * s);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (int s = 0; s < kStages; ++s) xj::init_barrier(barriers + 8 * s);
+    xj::fence_barrier_init();
   }
   __syncwarp();
   for (int i = 0; i < kStages && i < stages; ++i) issue(i, warp_id, warp_count, weight, ring, barriers, lane);
@@ -104,7 +80,7 @@ XJ_ENTRY(const float* __restrict__ temb, const xj::bf16* __restrict__ weight, co
 #pragma unroll 1
   for (int i = 0; i < stages; ++i) {
     const int s = i % kTaskStages;
-    wait_barrier(barriers + 8 * (i % kStages), (i / kStages) & 1);
+    xj::wait_barrier(barriers + 8 * (i % kStages), (i / kStages) & 1);
     const char* slot = ring_of_warp + (i % kStages) * kSlotBytes;
     const uint4* lo = reinterpret_cast<const uint4*>(slot + group * kFeatureBytes) + quad;
     const uint4* hi = reinterpret_cast<const uint4*>(slot + (group + 8) * kFeatureBytes) + quad;

@@ -45,21 +45,9 @@ __device__ __forceinline__ bool in_row(int t, int k) { return kQuads % kRowThrea
 
 // wd = w * d_n for element e of quad k; with `lo` (only when kHasLo), also its rounding error.
 __device__ __forceinline__ float weighted_grad(const Quad& g, const Quad& sc, const Quad& w, int e, float* lo = nullptr) {
-  const float grad = xj::to_float(g.v[e]);
-  float d = grad, d_lo = 0.0f;
-  if (kModulated) {
-    const float m = xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(sc.v[e]))));
-    d = xj::mul(grad, m);
-    if (lo) d_lo = xj::product_error(grad, m, d);
-  }
-  if (!spec::kWeighted) {
-    if (lo) *lo = d_lo;
-    return d;
-  }
-  const float weight = xj::to_float(w.v[e]);
-  const float wd = xj::mul(weight, d);
-  if (lo) *lo = kModulated ? xj::fma(weight, d_lo, xj::product_error(weight, d, wd)) : xj::product_error(weight, d, wd);
-  return wd;
+  const float m = kModulated ? xj::modulation(sc.v[e]) : 0.0f;
+  const float weight = spec::kWeighted ? xj::to_float(w.v[e]) : 0.0f;
+  return xj::weighted_grad<kModulated, spec::kWeighted>(xj::to_float(g.v[e]), m, weight, lo);
 }
 
 // The scale row's and the weight's quad v. Loaded where they are used, once per pass (L1/L2
@@ -143,10 +131,7 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
       for (int e = 0; e < 4; ++e) {
         float wd_lo = 0.0f;
         const float wd = weighted_grad(gq[k], sq, wq, e, kHasLo ? &wd_lo : nullptr);
-        float small = xj::mul(-xj::to_float(xq[k].v[e]), coef);
-        if (kExactRstd) small = xj::fma(r_lo, wd, small);
-        if (kHasLo) small = xj::fma(r, wd_lo, small);
-        out.v[e] = xj::round_to<T>(xj::fma(r, wd, small));
+        out.v[e] = xj::dx_value<T, kExactRstd, kHasLo>(xj::to_float(xq[k].v[e]), wd, wd_lo, r, r_lo, coef);
       }
       if (spec::kResidualGrad) {
         Quad rq;

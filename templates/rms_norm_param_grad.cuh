@@ -63,7 +63,7 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
     Quad sc;
     xj::load_quad(sc, scale + (long long)tile.row * scale_stride + col);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) m[e] = xj::to_float(xj::round_to<T>(xj::add(1.0f, xj::to_float(sc.v[e]))));
+    for (int e = 0; e < 4; ++e) m[e] = xj::modulation(sc.v[e]);
   }
   Sum first[4], second[4];
   xj::CompensatedSum third[4];
@@ -89,11 +89,8 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
         const float gv = xj::to_float(g[u].v[e]);
         const float xhat = xj::mul(r[u], xj::to_float(xv[u].v[e]));
         if (spec::kSegmented) {
-          float n = xhat;
-          if (spec::kWeighted) n = xj::mul(xj::to_float(w.v[e]), n);
-          first[e].add(gv);
-          second[e].add_product(gv, xj::to_float(xj::round_to<T>(n)));
-          if (thirds) group[e] = xj::add(group[e], xj::mul(xj::mul(gv, m[e]), xhat));
+          xj::add_table_terms<T, spec::kWeighted>(gv, xhat, spec::kWeighted ? xj::to_float(w.v[e]) : 0.0f, m[e], thirds,
+                                                  first[e], second[e], group[e]);
         } else {
           first[e].add_product(gv, xhat);
         }

@@ -9,12 +9,17 @@
 namespace xj {
 
 #if defined(__CUDA_ARCH__)
-// warp_sums: four V of shared memory owned by this group of 128 threads.
-template <typename V> XJ_DEVICE V row_sum_128(V s, V* warp_sums) {
+// warp_sums: four V of shared memory owned by this group of 128 threads. kBarrier 0: the group is
+// the whole block (__syncthreads); otherwise named barrier kBarrier, which only threads 0..127
+// of a larger block meet (the caller alternates warp_sums between rows it sums back to back).
+template <int kBarrier = 0, typename V> XJ_DEVICE V row_sum_128(V s, V* warp_sums) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) s = add(s, __shfl_down_sync(0xFFFFFFFFu, s, offset));
   if (threadIdx.x % 32 == 0) warp_sums[(threadIdx.x % 128) / 32] = s;
-  __syncthreads();
+  if (kBarrier == 0)
+    __syncthreads();
+  else
+    asm volatile("bar.sync %0, 128;" ::"n"(kBarrier) : "memory");
   return add(add(warp_sums[0], warp_sums[2]), add(warp_sums[1], warp_sums[3]));
 }
 

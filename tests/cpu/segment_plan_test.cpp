@@ -4,6 +4,7 @@
 // touches no memory).
 #include "kernels/adaln_row_gather_backward.hpp"
 #include "kernels/backward_check.hpp"
+#include "kernels/catalog.hpp"
 #include "kernels/gate_residual_backward.hpp"
 #include "kernels/rms_norm_backward.hpp"
 #include "kernels/segment_plan.hpp"
@@ -272,6 +273,76 @@ TEST(RmsNormBackwardValidation, ParameterGradientsMayBeFloat32) {
   EXPECT_EQ(sequence->steps[7].spec.dtype, DType::F32);   // dweight
   dscale.t.dtype = test::kF16;
   EXPECT_EQ(message_of(plan()), "rms_norm_backward: dscale must be in x's dtype bf16 or float32 (got fp16)");
+}
+
+// The one-pass kernel replaces dx and the parameter tiles where the device has bulk copies and
+// the plan's tiles fill at least half its SMs, for 16-bit modulated rows of 16 bytes; everything
+// else keeps the two kernels. Its launch: one block per plan tile, 128 dot threads plus 32 per
+// 64 column quads, stages of three rows and the weight and m rows in shared memory.
+TEST(RmsNormBackwardValidation, OnePassWhereTheDeviceAndTheCallAllowIt) {
+  constexpr int64_t kS = 4096;
+  auto ops_of = [](const LaunchSequence& sequence) {
+    std::vector<OpCode> ops;
+    for (int k = 0; k < sequence.count; ++k) ops.push_back(sequence.steps[k].spec.op);
+    return ops;
+  };
+  FakeTensor grad{1 * GiB, {kS, H}, kBF16}, x{2 * GiB, {kS, H}, kBF16}, weight{10 * GiB, {H}, kBF16};
+  FakeTensor scale{3 * GiB + H * 2, {9, H}, kBF16, {6 * H, 1}}, index{4 * GiB, {kS}, kI64};
+  FakeTensor rstd{5 * GiB, {kS}, kF32}, dx{6 * GiB, {kS, H}, kBF16}, dshift{7 * GiB, {9, H}, kBF16};
+  FakeTensor dscale{8 * GiB, {9, H}, kBF16}, dweight{11 * GiB, {H}, kBF16};
+  FakeTensor workspace{9 * GiB, {rms_norm_backward_workspace(kS, kS, 9, H, true)}, kU8};
+  auto plan = [&](DeviceTraits device) {
+    return plan_rms_norm_backward({grad.t, x.t, &weight.t, &scale.t, &index.t, rstd.t, 1e-5, &dx.t, &dweight.t,
+                                   &dshift.t, &dscale.t, &workspace.t},
+                                  device);
+  };
+  // max_tiles = 16 + 9 = 25 plan tiles.
+  auto one_pass = plan({90, 50});
+  ASSERT_TRUE(static_cast<bool>(one_pass)) << llvm::toString(one_pass.takeError());
+  const std::vector<OpCode> fused = {Op::SegmentCount, Op::SegmentScan, Op::SegmentScatter, Op::RmsNormOnePass,
+                                     Op::SegmentFold,  Op::SegmentFold, Op::SegmentFold};
+  EXPECT_EQ(ops_of(*one_pass), fused);
+  const LaunchPlan& pass = one_pass->steps[3];
+  EXPECT_EQ(pass.grid, 25u);
+  EXPECT_EQ(pass.threads, 128u + 672u);  // 1344 quads, two per element thread
+  EXPECT_EQ(pass.shared_bytes, (4u * 3 + 2) * H * 2);
+  EXPECT_EQ(pass.params[1], 0u);  // no residual gradient
+  KernelSpec on_hopper = pass.spec;
+  on_hopper.target = Target{90, false};
+  EXPECT_EQ(llvm::toString(validate_spec(on_hopper)), "");
+  const std::vector<OpCode> two_kernels = {Op::SegmentCount, Op::SegmentScan, Op::SegmentScatter,
+                                           Op::RmsNormBackward, Op::RmsNormTableGrad, Op::SegmentFold,
+                                           Op::SegmentFold,  Op::SegmentFold};
+  for (DeviceTraits device : {DeviceTraits{}, DeviceTraits{80, 50}, DeviceTraits{90, 52}, DeviceTraits{90, 132}}) {
+    auto sequence = plan(device);  // unknown, no bulk copies, 25 tiles for 52 or 132 SMs
+    ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
+    EXPECT_EQ(ops_of(*sequence), two_kernels) << device.sm << " " << device.multiprocessors;
+  }
+  {
+    FakeTensor x8{2 * GiB + 8, {kS, H}, kBF16};  // rows 8-byte aligned only: no bulk copies
+    auto sequence = plan_rms_norm_backward({grad.t, x8.t, &weight.t, &scale.t, &index.t, rstd.t, 1e-5, &dx.t,
+                                            &dweight.t, &dshift.t, &dscale.t, &workspace.t},
+                                           {90, 50});
+    ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
+    EXPECT_EQ(ops_of(*sequence), two_kernels);
+  }
+  {
+    // fp32 rows keep the two kernels.
+    FakeTensor g32{1 * GiB, {kS, H}, kF32}, x32{2 * GiB, {kS, H}, kF32}, w32{10 * GiB, {H}, kF32};
+    FakeTensor scale32{3 * GiB + H * 4, {9, H}, kF32, {6 * H, 1}}, dx32{6 * GiB, {kS, H}, kF32};
+    FakeTensor dshift32{7 * GiB, {9, H}, kF32}, dscale32{8 * GiB, {9, H}, kF32};
+    auto sequence = plan_rms_norm_backward({g32.t, x32.t, &w32.t, &scale32.t, &index.t, rstd.t, 1e-5, &dx32.t,
+                                            nullptr, &dshift32.t, &dscale32.t, &workspace.t},
+                                           {90, 50});
+    ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
+    EXPECT_EQ(ops_of(*sequence)[3], Op::RmsNormBackward);
+    EXPECT_EQ(ops_of(*sequence)[4], Op::RmsNormTableGrad);
+  }
+  // The rule names what the kernel needs.
+  KernelSpec old_target = pass.spec;
+  old_target.target = Target{80, false};
+  EXPECT_NE(llvm::toString(validate_spec(old_target)).find("needs bulk copies (sm_90 or sm_100; the target is sm_80)"),
+            std::string::npos);
 }
 
 TEST(RmsNormBackwardValidation, ModulatedCallPlansEveryGradient) {

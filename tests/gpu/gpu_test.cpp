@@ -8,6 +8,7 @@
 #include "kernels/gate_residual_backward.hpp"
 #include "kernels/gate_residual_rms_norm.hpp"
 #include "kernels/host_model.hpp"
+#include "kernels/op_rules.hpp"
 #include "kernels/rms_norm.hpp"
 #include "kernels/rms_norm_backward.hpp"
 #include "runtime/device_buffer.hpp"
@@ -355,6 +356,11 @@ TEST_F(Gpu, BackwardMatchesHostModelBitwiseAndRepeats) {
         n.index = batch == 1 ? IndexType::I64 : IndexType::I32;
         n.seed = seed++;
         check(run_rms_norm_backward_case(runtime(), 0, n), "backward " + n.name());
+        if (dtype != DType::F32 && n.table_stride != 0) {  // the one-pass kernel: the same model
+          n.one_pass = true;
+          n.seed = seed++;
+          check(run_rms_norm_backward_case(runtime(), 0, n), "backward " + n.name());
+        }
       }
       AdalnRowGatherCase a;
       a.dtype = dtype;
@@ -374,6 +380,9 @@ TEST_F(Gpu, BackwardMatchesHostModelBitwiseAndRepeats) {
     n.hidden = hidden;
     n.table_stride = 2 * hidden;
     n.table_rows = 3;
+    n.seed = seed++;
+    check(run_rms_norm_backward_case(runtime(), 0, n), "backward " + n.name());
+    n.one_pass = true;  // H = 12 keeps the two kernels (16-byte rows); the others take one pass
     n.seed = seed++;
     check(run_rms_norm_backward_case(runtime(), 0, n), "backward " + n.name());
     AdalnRowGatherCase a;
@@ -470,13 +479,21 @@ TEST_F(Gpu, GateResidualRmsNormEqualsItsTwoOpsBitwise) {
                                                  modulated ? &index : nullptr, t_out[1], &t_rstd[1], eps}),
                                   nullptr);
         ASSERT_TRUE(status.ok()) << status.message();
-        // Backward: fused, then the two ops with the residual gradient added on the host.
-        status = runtime().launch(
-            plan_gate_residual_rms_norm_backward(
-                {grad_out, with_grad_h ? &grad_h : nullptr, t_h[0], y, gate, index, w, modulated ? &scale : nullptr,
-                 t_rstd[0], eps, t_dres[0], &t_dy[0], &t_dgate[0], weighted ? &t_dweight[0] : nullptr,
-                 modulated ? &t_dshift[0] : nullptr, modulated ? &t_dscale[0] : nullptr, &workspace}),
-            nullptr);
+        // Backward: fused, then the two ops with the residual gradient added on the host. The fused
+        // call is planned as for a device one plan tile fills, so it runs the one-pass kernel
+        // wherever that applies; the two ops run the dx kernel and the parameter tiles.
+        const DeviceTraits one_tile_fills{runtime().traits(grad_out.device).sm, 1};
+        auto fused_backward = plan_gate_residual_rms_norm_backward(
+            {grad_out, with_grad_h ? &grad_h : nullptr, t_h[0], y, gate, index, w, modulated ? &scale : nullptr,
+             t_rstd[0], eps, t_dres[0], &t_dy[0], &t_dgate[0], weighted ? &t_dweight[0] : nullptr,
+             modulated ? &t_dshift[0] : nullptr, modulated ? &t_dscale[0] : nullptr, &workspace},
+            one_tile_fills);
+        ASSERT_TRUE(static_cast<bool>(fused_backward)) << llvm::toString(fused_backward.takeError());
+        bool one_pass = false;
+        for (int k = 0; k < fused_backward->count; ++k) one_pass |= fused_backward->steps[k].spec.op == Op::RmsNormOnePass;
+        EXPECT_EQ(one_pass, modulated && dtype != DType::F32 && hidden % 8 == 0 && has_bulk_copies(one_tile_fills.sm))
+            << name;
+        status = runtime().launch(std::move(fused_backward), nullptr);
         ASSERT_TRUE(status.ok()) << name << ": " << status.message();
         ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
         const int64_t norm_ws = rms_norm_backward_workspace(rows, seq, modulated ? R : 0, hidden, weighted);

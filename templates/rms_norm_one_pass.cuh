@@ -1,0 +1,230 @@
+// rms_norm backward in one pass (modulated, bf16/fp16, sm_90+): one block per segment-plan tile
+// (one table row k, up to kTilePositions rows in list order) forms each row's dx and adds the row
+// into the tile's dshift/dscale/dweight partials, reading x and grad once where the dx kernel and
+// the parameter tiles each read them. The bits are those two kernels' (rms_norm_backward.cuh,
+// rms_norm_param_grad.cuh): the same per-element arithmetic (rms_norm_grad_math.cuh), dx's dot in
+// the same 128-thread shape, the partials in list order with the same groups of kRowUnroll rows.
+// Block: warps 0-3 are the row's 128 dot threads (thread t: quads t, t + 128, ..., as the dx
+// kernel), the other kElementThreads own kElementQuads column quads each for the whole tile (dx,
+// and the partials in registers). Rows arrive by bulk copies (x, grad and, given residual_grad,
+// the residual stream's gradient) into a ring of kStages stages, each with three mbarriers: full
+// (the copies landed), coef (the dot threads published the row's coef), empty (every warp is done
+// with it; thread 0 then refills it kStages rows ahead). The dot threads run ahead of the element
+// threads, so a row's coef is ready by the time its partials are added.
+// Dynamic shared memory: the stages (3 rows each), then the weight row and m = rT(add(1, scale[k])).
+namespace rms_norm_one_pass {
+
+typedef xj::StorageOf<spec::kDType>::type T;
+typedef xj::Quad<T> Quad;
+typedef xj::SegmentSumFor<T>::type Sum;
+
+constexpr int kQuads = spec::kHidden / 4;
+constexpr int kDotThreads = 128;
+constexpr int kDotQuads = (kQuads + kDotThreads - 1) / kDotThreads;
+constexpr int kElementThreads = spec::kElementThreads;
+constexpr int kElementQuads = (kQuads + kElementThreads - 1) / kElementThreads;
+constexpr int kThreads = kDotThreads + kElementThreads;
+constexpr int kWarps = kThreads / 32;
+constexpr int kStages = spec::kStages;
+constexpr unsigned kRowBytes = spec::kHidden * sizeof(T);
+constexpr unsigned kStageBytes = 3 * kRowBytes;
+
+static_assert(sizeof(T) == 2, "the one-pass backward is for bf16/fp16 rows");
+static_assert(kRowBytes % 16 == 0, "bulk copies move 16-byte multiples");
+static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, one block");
+
+__device__ __forceinline__ void load_shared_quad(Quad& q, const T* p) { q = *reinterpret_cast<const Quad*>(p); }
+
+}  // namespace rms_norm_one_pass
+
+extern "C" __global__ void __launch_bounds__(rms_norm_one_pass::kThreads, 1)
+XJ_ENTRY(const rms_norm_one_pass::T* __restrict__ grad, const rms_norm_one_pass::T* __restrict__ residual_grad,
+         const rms_norm_one_pass::T* __restrict__ x, const rms_norm_one_pass::T* __restrict__ weight,
+         const rms_norm_one_pass::T* __restrict__ scale, const float* __restrict__ rstd,
+         rms_norm_one_pass::T* __restrict__ dx, float* __restrict__ first_partials, float* __restrict__ second_partials,
+         float* __restrict__ third_partials, long long scale_stride, XJ_SEGMENT_PLAN_PARAMS, xj::ErrorRecord* errors) {
+  using namespace rms_norm_one_pass;
+  extern __shared__ uint4 shared[];
+  __shared__ long long tile_rows[spec::kTilePositions];
+  __shared__ float tile_rstd[spec::kTilePositions];
+  __shared__ float coefs[kStages];
+  __shared__ float warp_sums[2][4];
+  __shared__ unsigned long long full[kStages], coef_ready[kStages], empty[kStages];
+
+  const xj::SegmentPlan plan = XJ_SEGMENT_PLAN;
+  xj::SegmentTile tile;
+  if (!xj::segment_tile(plan, blockIdx.x, tile)) return;
+  xj::stage_segment_rows(plan, tile, tile_rows, rstd, tile_rstd);
+  char* const stages = reinterpret_cast<char*>(shared);
+  T* const weight_row = reinterpret_cast<T*>(stages + kStages * kStageBytes);
+  T* const m_row = weight_row + spec::kHidden;
+  for (int q = threadIdx.x; q < kQuads; q += kThreads) {
+    Quad sq, mq;
+    xj::load_quad(sq, scale + (long long)tile.row * scale_stride + 4 * q);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) mq.v[e] = xj::round_to<T>(xj::add(1.0f, xj::to_float(sq.v[e])));
+    *reinterpret_cast<Quad*>(m_row + 4 * q) = mq;
+    if (spec::kWeighted) {
+      Quad wq;
+      xj::load_quad(wq, weight + 4 * q);
+      *reinterpret_cast<Quad*>(weight_row + 4 * q) = wq;
+    }
+  }
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      xj::init_barrier(xj::shared_address(&full[s]));
+      xj::init_barrier(xj::shared_address(&coef_ready[s]));
+      xj::init_barrier(xj::shared_address(&empty[s]), kWarps);
+    }
+    xj::fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int rows = (int)(tile.end - tile.first);
+  // Thread 0 issues row u's copies into stage u % kStages.
+  auto issue = [&](int u) {
+    const int s = u % kStages;
+    const xj::u32 barrier = xj::shared_address(&full[s]);
+    const xj::u32 stage = xj::shared_address(stages + s * kStageBytes);
+    const long long row = tile_rows[u];
+    xj::expect_bytes(barrier, (residual_grad ? 3 : 2) * kRowBytes);
+    xj::bulk_copy(stage, x + row * spec::kHidden, kRowBytes, barrier);
+    xj::bulk_copy(stage + kRowBytes, grad + row * spec::kHidden, kRowBytes, barrier);
+    if (residual_grad) xj::bulk_copy(stage + 2 * kRowBytes, residual_grad + row * spec::kHidden, kRowBytes, barrier);
+  };
+  if (threadIdx.x == 0)
+    for (int u = 0; u < kStages && u < rows; ++u) issue(u);
+  const int lane = threadIdx.x % 32;
+
+  if (threadIdx.x < kDotThreads) {
+    const int t = threadIdx.x;
+#pragma unroll 1
+    for (int u = 0; u < rows; ++u) {
+      const int s = u % kStages;
+      const xj::u32 parity = (u / kStages) & 1;
+      xj::wait_barrier(xj::shared_address(&full[s]), parity);
+      const T* x_row = reinterpret_cast<const T*>(stages + s * kStageBytes);
+      const T* grad_row = x_row + spec::kHidden;
+      float dot = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kDotQuads; ++k) {
+        const int v = t + k * kDotThreads;
+        if (kQuads % kDotThreads == 0 || v < kQuads) {
+          Quad xq, gq, mq, wq;
+          load_shared_quad(xq, x_row + 4 * v);
+          load_shared_quad(gq, grad_row + 4 * v);
+          load_shared_quad(mq, m_row + 4 * v);
+          if (spec::kWeighted) load_shared_quad(wq, weight_row + 4 * v);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float w = spec::kWeighted ? xj::to_float(wq.v[e]) : 0.0f;
+            const float wd = xj::weighted_grad<true, spec::kWeighted>(xj::to_float(gq.v[e]), xj::to_float(mq.v[e]), w);
+            dot = xj::fma(wd, xj::to_float(xq.v[e]), dot);
+          }
+        }
+      }
+      const float total = xj::row_sum_128<1>(dot, warp_sums[u & 1]);
+      __syncwarp();
+      if (lane == 0) xj::arrive(xj::shared_address(&empty[s]));
+      if (t == 0) {
+        const float r = tile_rstd[u];
+        coefs[s] = xj::div(xj::mul(xj::mul(xj::mul(r, r), r), total), (float)spec::kHidden);
+        xj::arrive(xj::shared_address(&coef_ready[s]));
+        // Row u - 1's stage takes row u - 1 + kStages once every warp is done with it.
+        const int done = u - 1;
+        if (done >= 0 && done + kStages < rows) {
+          xj::wait_barrier(xj::shared_address(&empty[done % kStages]), (done / kStages) & 1);
+          issue(done + kStages);
+        }
+      }
+    }
+    return;  // every row was issued: the last refill is row rows - 1
+  }
+
+  // Element threads: quads q = e_t + c * kElementThreads.
+  const int e_t = threadIdx.x - kDotThreads;
+  const bool thirds = spec::kWeighted && third_partials;
+  Sum first[kElementQuads][4], second[kElementQuads][4];
+  xj::CompensatedSum third[kElementQuads][4];
+  float group[kElementQuads][4];
+#pragma unroll
+  for (int c = 0; c < kElementQuads; ++c)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) group[c][e] = 0.0f;
+#pragma unroll 1
+  for (int u = 0; u < rows; ++u) {
+    const int s = u % kStages;
+    const xj::u32 parity = (u / kStages) & 1;
+    xj::wait_barrier(xj::shared_address(&full[s]), parity);
+    const T* x_row = reinterpret_cast<const T*>(stages + s * kStageBytes);
+    const T* grad_row = x_row + spec::kHidden;
+    const T* residual_row = grad_row + spec::kHidden;
+    const float r = tile_rstd[u];
+#pragma unroll
+    for (int c = 0; c < kElementQuads; ++c) {
+      const int q = e_t + c * kElementThreads;
+      if (q < kQuads) {
+        Quad xq, gq, mq, wq;
+        load_shared_quad(xq, x_row + 4 * q);
+        load_shared_quad(gq, grad_row + 4 * q);
+        load_shared_quad(mq, m_row + 4 * q);
+        if (spec::kWeighted) load_shared_quad(wq, weight_row + 4 * q);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float w = spec::kWeighted ? xj::to_float(wq.v[e]) : 0.0f;
+          const float xhat = xj::mul(r, xj::to_float(xq.v[e]));
+          xj::add_table_terms<T, spec::kWeighted>(xj::to_float(gq.v[e]), xhat, w, xj::to_float(mq.v[e]), thirds,
+                                                  first[c][e], second[c][e], group[c][e]);
+        }
+      }
+    }
+    if (thirds && ((u + 1) % spec::kRowUnroll == 0 || u + 1 == rows)) {
+#pragma unroll
+      for (int c = 0; c < kElementQuads; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          third[c][e].add(group[c][e]);
+          group[c][e] = 0.0f;
+        }
+    }
+    xj::wait_barrier(xj::shared_address(&coef_ready[s]), parity);
+    const float coef = coefs[s];
+    T* dx_row = dx + tile_rows[u] * spec::kHidden;
+#pragma unroll
+    for (int c = 0; c < kElementQuads; ++c) {
+      const int q = e_t + c * kElementThreads;
+      if (q < kQuads) {
+        Quad xq, gq, mq, wq, rq, out;
+        load_shared_quad(xq, x_row + 4 * q);
+        load_shared_quad(gq, grad_row + 4 * q);
+        load_shared_quad(mq, m_row + 4 * q);
+        if (spec::kWeighted) load_shared_quad(wq, weight_row + 4 * q);
+        if (residual_grad) load_shared_quad(rq, residual_row + 4 * q);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float w = spec::kWeighted ? xj::to_float(wq.v[e]) : 0.0f;
+          float wd_lo = 0.0f;
+          const float wd = xj::weighted_grad<true, spec::kWeighted>(xj::to_float(gq.v[e]), xj::to_float(mq.v[e]), w,
+                                                                    &wd_lo);
+          out.v[e] = xj::dx_value<T, false, true>(xj::to_float(xq.v[e]), wd, wd_lo, r, 0.0f, coef);
+          if (residual_grad) out.v[e] = xj::round_to<T>(xj::add(xj::to_float(out.v[e]), xj::to_float(rq.v[e])));
+        }
+        xj::store_quad(dx_row + 4 * q, out);
+      }
+    }
+    __syncwarp();
+    if (lane == 0) xj::arrive(xj::shared_address(&empty[s]));
+  }
+#pragma unroll
+  for (int c = 0; c < kElementQuads; ++c) {
+    const int q = e_t + c * kElementThreads;
+    if (q >= kQuads) continue;
+    const long long at = (long long)blockIdx.x * spec::kHidden + 4 * q;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (first_partials) first_partials[at + e] = first[c][e].value();
+      if (second_partials) second_partials[at + e] = second[c][e].value();
+      if (thirds) third_partials[at + e] = third[c][e].value();
+    }
+  }
+}

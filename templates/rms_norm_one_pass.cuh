@@ -9,8 +9,9 @@
 // and the partials in registers). Rows arrive by bulk copies (x, grad and, given residual_grad,
 // the residual stream's gradient) into a ring of kStages stages, each with three mbarriers: full
 // (the copies landed), coef (the dot threads published the row's coef), empty (every warp is done
-// with it; thread 0 then refills it kStages rows ahead). The dot threads run ahead of the element
-// threads, so a row's coef is ready by the time its partials are added.
+// with it; thread 0 then refills it kStages rows ahead). The dot threads run a row ahead of the
+// element threads, so a row's coef is ready when they reach it; they then read each element once
+// for its partials and its dx.
 // Dynamic shared memory: the stages (3 rows each), then the weight row and m = rT(add(1, scale[k])).
 namespace rms_norm_one_pass {
 
@@ -155,40 +156,13 @@ XJ_ENTRY(const rms_norm_one_pass::T* __restrict__ grad, const rms_norm_one_pass:
   for (int u = 0; u < rows; ++u) {
     const int s = u % kStages;
     const xj::u32 parity = (u / kStages) & 1;
+    // The coef barrier completes after the full one (the dot threads waited for the copies).
     xj::wait_barrier(xj::shared_address(&full[s]), parity);
+    xj::wait_barrier(xj::shared_address(&coef_ready[s]), parity);
     const T* x_row = reinterpret_cast<const T*>(stages + s * kStageBytes);
     const T* grad_row = x_row + spec::kHidden;
     const T* residual_row = grad_row + spec::kHidden;
-    const float r = tile_rstd[u];
-#pragma unroll
-    for (int c = 0; c < kElementQuads; ++c) {
-      const int q = e_t + c * kElementThreads;
-      if (q < kQuads) {
-        Quad xq, gq, mq, wq;
-        load_shared_quad(xq, x_row + 4 * q);
-        load_shared_quad(gq, grad_row + 4 * q);
-        load_shared_quad(mq, m_row + 4 * q);
-        if (spec::kWeighted) load_shared_quad(wq, weight_row + 4 * q);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float w = spec::kWeighted ? xj::to_float(wq.v[e]) : 0.0f;
-          const float xhat = xj::mul(r, xj::to_float(xq.v[e]));
-          xj::add_table_terms<T, spec::kWeighted>(xj::to_float(gq.v[e]), xhat, w, xj::to_float(mq.v[e]), thirds,
-                                                  first[c][e], second[c][e], group[c][e]);
-        }
-      }
-    }
-    if (thirds && ((u + 1) % spec::kRowUnroll == 0 || u + 1 == rows)) {
-#pragma unroll
-      for (int c = 0; c < kElementQuads; ++c)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          third[c][e].add(group[c][e]);
-          group[c][e] = 0.0f;
-        }
-    }
-    xj::wait_barrier(xj::shared_address(&coef_ready[s]), parity);
-    const float coef = coefs[s];
+    const float r = tile_rstd[u], coef = coefs[s];
     T* dx_row = dx + tile_rows[u] * spec::kHidden;
 #pragma unroll
     for (int c = 0; c < kElementQuads; ++c) {
@@ -202,15 +176,26 @@ XJ_ENTRY(const rms_norm_one_pass::T* __restrict__ grad, const rms_norm_one_pass:
         if (residual_grad) load_shared_quad(rq, residual_row + 4 * q);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
+          const float g = xj::to_float(gq.v[e]), x_e = xj::to_float(xq.v[e]), m = xj::to_float(mq.v[e]);
           const float w = spec::kWeighted ? xj::to_float(wq.v[e]) : 0.0f;
+          xj::add_table_terms<T, spec::kWeighted>(g, xj::mul(r, x_e), w, m, thirds, first[c][e], second[c][e],
+                                                  group[c][e]);
           float wd_lo = 0.0f;
-          const float wd = xj::weighted_grad<true, spec::kWeighted>(xj::to_float(gq.v[e]), xj::to_float(mq.v[e]), w,
-                                                                    &wd_lo);
-          out.v[e] = xj::dx_value<T, false, true>(xj::to_float(xq.v[e]), wd, wd_lo, r, 0.0f, coef);
+          const float wd = xj::weighted_grad<true, spec::kWeighted>(g, m, w, &wd_lo);
+          out.v[e] = xj::dx_value<T, false, true>(x_e, wd, wd_lo, r, 0.0f, coef);
           if (residual_grad) out.v[e] = xj::round_to<T>(xj::add(xj::to_float(out.v[e]), xj::to_float(rq.v[e])));
         }
         xj::store_quad(dx_row + 4 * q, out);
       }
+    }
+    if (thirds && ((u + 1) % spec::kRowUnroll == 0 || u + 1 == rows)) {
+#pragma unroll
+      for (int c = 0; c < kElementQuads; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          third[c][e].add(group[c][e]);
+          group[c][e] = 0.0f;
+        }
     }
     __syncwarp();
     if (lane == 0) xj::arrive(xj::shared_address(&empty[s]));

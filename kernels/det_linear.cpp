@@ -5,7 +5,6 @@
 #include "kernels/catalog.hpp"
 
 #include "kernels/det_linear_backward.hpp"
-#include "kernels/op_rules.hpp"
 #include "kernels/spec_limits.hpp"
 #include "kernels/tensor_check.hpp"
 
@@ -18,6 +17,12 @@ namespace {
 constexpr std::string_view kOp = "det_linear";
 ArgName arg(std::string_view name) { return {kOp, name}; }
 constexpr int kRowTile = 8;
+}  // namespace
+
+namespace {
+// Dynamic shared memory a block may opt into on sm_90 and sm_100 (227 KB).
+constexpr uint32_t kBulkSharedLimit = 232448;
+bool has_bulk_copies(int sm) { return sm == 90 || sm == 100 || sm == 103; }
 }  // namespace
 
 DetLinearGeometry det_linear_geometry(DType weight_dtype, int64_t in_features, int64_t out_features, int target_sm) {

@@ -35,11 +35,6 @@ std::vector<KernelSpec> backward_vec_family(OpCode op, DType dtype, int64_t hidd
 /// stride, given in multiples of H (0: the plain rms_norm, or no table).
 std::vector<KernelSpec> h3_strides(OpCode op, DType dtype, std::initializer_list<int> strides_in_h);
 
-/// Whether a target has bulk copies into shared memory (cp.async.bulk: sm_90, sm_100), and the
-/// dynamic shared memory a block may opt into there (227 KB).
-inline bool has_bulk_copies(int sm) { return sm == 90 || sm == 100 || sm == 103; }
-inline constexpr uint32_t kBulkSharedLimit = 232448;
-
 /// The index types a modulated kernel (table stride > 0) can be called with; plain: int64 only.
 std::vector<IndexType> index_types_for(int64_t table_stride);
 

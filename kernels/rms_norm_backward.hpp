@@ -41,8 +41,8 @@ struct RmsNormBackwardArgs {
 /// Workspace bytes (table_rows 0 = plain; -1: invalid shapes).
 int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, bool weighted);
 
-/// `device`: with bulk copies (sm_90, sm_100) and enough plan tiles to fill it, the modulated
-/// bf16/fp16 backward runs in one pass (rms_norm_one_pass.cuh: dx and the tile partials from one
+/// `device`: on sm_90 (bulk copies) with enough plan tiles to fill it, the modulated
+/// bf16 backward runs in one pass (rms_norm_one_pass.cuh: dx and the tile partials from one
 /// read of x and grad) instead of the dx kernel and the parameter tiles; the bits are the same.
 llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs& args, const DeviceTraits& device = {});
 

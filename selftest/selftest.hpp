@@ -70,7 +70,7 @@ struct RmsNormCase {
   int64_t bad_position = -1;  ///< >= 0 (modulated only): index[bad_position] is out of range
   bool fp32_param_grads = false;  ///< backward: dweight, dshift and dscale in float32
   /// backward: planned as for a device that one plan tile fills, so the one-pass kernel runs
-  /// wherever it applies (modulated bf16/fp16 on sm_90/sm_100), whatever S is.
+  /// wherever it applies (modulated bf16 on sm_90/sm_100), whatever S is.
   bool one_pass = false;
   uint64_t seed = 1;
   std::string name() const;

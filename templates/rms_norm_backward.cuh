@@ -131,7 +131,7 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
       for (int e = 0; e < 4; ++e) {
         float wd_lo = 0.0f;
         const float wd = weighted_grad(gq[k], sq, wq, e, kHasLo ? &wd_lo : nullptr);
-        out.v[e] = xj::dx_value<T, kExactRstd, kHasLo>(xj::to_float(xq[k].v[e]), wd, wd_lo, r, r_lo, coef);
+        out.v[e] = xj::round_to<T>(xj::dx_value<kExactRstd, kHasLo>(xj::to_float(xq[k].v[e]), wd, wd_lo, r, r_lo, coef));
       }
       if (spec::kResidualGrad) {
         Quad rq;

@@ -12,9 +12,29 @@ namespace xj {
 template <typename T> XJ_DEVICE float modulation(T scale) { return to_float(round_to<T>(add(1.0f, to_float(scale)))); }
 
 // wd = w * d_n with d_n = grad (plain) or mul(grad, m) (modulated); given lo, also its rounding
-// error wd_lo (exact up to a rounding of the tiny lo terms): wd + wd_lo = w * grad * m.
-template <bool kModulated, bool kWeighted>
+// error wd_lo (exact up to a rounding of the tiny lo terms): wd + wd_lo = w * grad * m, each
+// product's error taken as 0 where the product is not finite (product_error).
+// kFiniteFirst: the same values, computed first without product_error's guards: where wd is
+// finite, so are d and every product before it (w * inf is inf or NaN), and the guards change
+// nothing; only a non-finite wd takes the guarded path. Fewer instructions per element.
+template <bool kModulated, bool kWeighted, bool kFiniteFirst = false>
 XJ_DEVICE float weighted_grad(float grad, float m, float weight, float* lo = nullptr) {
+  if (kFiniteFirst && lo) {
+    float d = grad, d_lo = 0.0f;
+    if (kModulated) {
+      d = mul(grad, m);
+      d_lo = fma(grad, m, -d);
+    }
+    float wd = d, wd_lo = d_lo;
+    if (kWeighted) {
+      wd = mul(weight, d);
+      wd_lo = kModulated ? fma(weight, d_lo, fma(weight, d, -wd)) : fma(weight, d, -wd);
+    }
+    if (is_finite(wd)) {
+      *lo = wd_lo;
+      return wd;
+    }
+  }
   float d = grad, d_lo = 0.0f;
   if (kModulated) {
     d = mul(grad, m);
@@ -29,14 +49,15 @@ XJ_DEVICE float weighted_grad(float grad, float m, float weight, float* lo = nul
   return wd;
 }
 
-// dx = rT(fma(r, wd, small)), small = mul(-x, coef), then + fma(r_lo, wd, .) where the row's
-// rstd is recomputed (kExactRstd), then + fma(r, wd_lo, .) where wd is rounded (kHasLo).
-template <typename T, bool kExactRstd, bool kHasLo>
-XJ_DEVICE T dx_value(float x, float wd, float wd_lo, float r, float r_lo, float coef) {
+// dx before its rounding to T: fma(r, wd, small), small = mul(-x, coef), then + fma(r_lo, wd, .)
+// where the row's rstd is recomputed (kExactRstd), then + fma(r, wd_lo, .) where wd is rounded
+// (kHasLo).
+template <bool kExactRstd, bool kHasLo>
+XJ_DEVICE float dx_value(float x, float wd, float wd_lo, float r, float r_lo, float coef) {
   float small = mul(-x, coef);
   if (kExactRstd) small = fma(r_lo, wd, small);
   if (kHasLo) small = fma(r, wd_lo, small);
-  return round_to<T>(fma(r, wd, small));
+  return fma(r, wd, small);
 }
 
 // A modulated row's terms of its table row's sums, xhat = mul(rstd, x), n = rT(mul(w, xhat))

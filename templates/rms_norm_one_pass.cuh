@@ -1,17 +1,17 @@
-// rms_norm backward in one pass (modulated, bf16/fp16, sm_90+): one block per segment-plan tile
+// rms_norm backward in one pass (modulated, bf16, sm_90+): one block per segment-plan tile
 // (one table row k, up to kTilePositions rows in list order) forms each row's dx and adds the row
 // into the tile's dshift/dscale/dweight partials, reading x and grad once where the dx kernel and
 // the parameter tiles each read them. The bits are those two kernels' (rms_norm_backward.cuh,
 // rms_norm_param_grad.cuh): the same per-element arithmetic (rms_norm_grad_math.cuh), dx's dot in
 // the same 128-thread shape, the partials in list order with the same groups of kRowUnroll rows.
 // Block: warps 0-3 are the row's 128 dot threads (thread t: quads t, t + 128, ..., as the dx
-// kernel), the other kElementThreads own kElementQuads column quads each for the whole tile (dx,
-// and the partials in registers). Rows arrive by bulk copies (x, grad and, given residual_grad,
-// the residual stream's gradient) into a ring of kStages stages, each with three mbarriers: full
-// (the copies landed), coef (the dot threads published the row's coef), empty (every warp is done
-// with it; thread 0 then refills it kStages rows ahead). The dot threads run a row ahead of the
-// element threads, so a row's coef is ready when they reach it; they then read each element once
-// for its partials and its dx.
+// kernel), the next kElementThreads own kElementQuads column quads each for the whole tile (dx,
+// and the partials in registers), the last warp issues the copies. Rows arrive by bulk copies (x,
+// grad and, given residual_grad, the residual stream's gradient) into a ring of kStages stages,
+// each with three mbarriers: full (the copies landed), coef (the dot threads published the row's
+// coef), empty (every other warp is done with it; the producer then refills it kStages rows
+// ahead). Nothing but the ring holds the dot threads back, so they run ahead of the element
+// threads, which read each element once for its partials and its dx.
 // Dynamic shared memory: the stages (3 rows each), then the weight row and m = rT(add(1, scale[k])).
 namespace rms_norm_one_pass {
 
@@ -24,13 +24,14 @@ constexpr int kDotThreads = 128;
 constexpr int kDotQuads = (kQuads + kDotThreads - 1) / kDotThreads;
 constexpr int kElementThreads = spec::kElementThreads;
 constexpr int kElementQuads = (kQuads + kElementThreads - 1) / kElementThreads;
-constexpr int kThreads = kDotThreads + kElementThreads;
+constexpr int kProducer = kDotThreads + kElementThreads;  // the last warp issues the copies
+constexpr int kThreads = kProducer + 32;
 constexpr int kWarps = kThreads / 32;
 constexpr int kStages = spec::kStages;
 constexpr unsigned kRowBytes = spec::kHidden * sizeof(T);
 constexpr unsigned kStageBytes = 3 * kRowBytes;
 
-static_assert(sizeof(T) == 2, "the one-pass backward is for bf16/fp16 rows");
+static_assert(sizeof(T) == 2, "the one-pass backward is for bf16 rows");
 static_assert(kRowBytes % 16 == 0, "bulk copies move 16-byte multiples");
 static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, one block");
 
@@ -75,27 +76,33 @@ XJ_ENTRY(const rms_norm_one_pass::T* __restrict__ grad, const rms_norm_one_pass:
     for (int s = 0; s < kStages; ++s) {
       xj::init_barrier(xj::shared_address(&full[s]));
       xj::init_barrier(xj::shared_address(&coef_ready[s]));
-      xj::init_barrier(xj::shared_address(&empty[s]), kWarps);
+      xj::init_barrier(xj::shared_address(&empty[s]), kWarps - 1);  // every warp but the producer
     }
     xj::fence_barrier_init();
   }
   __syncthreads();
 
   const int rows = (int)(tile.end - tile.first);
-  // Thread 0 issues row u's copies into stage u % kStages.
-  auto issue = [&](int u) {
-    const int s = u % kStages;
-    const xj::u32 barrier = xj::shared_address(&full[s]);
-    const xj::u32 stage = xj::shared_address(stages + s * kStageBytes);
-    const long long row = tile_rows[u];
-    xj::expect_bytes(barrier, (residual_grad ? 3 : 2) * kRowBytes);
-    xj::bulk_copy(stage, x + row * spec::kHidden, kRowBytes, barrier);
-    xj::bulk_copy(stage + kRowBytes, grad + row * spec::kHidden, kRowBytes, barrier);
-    if (residual_grad) xj::bulk_copy(stage + 2 * kRowBytes, residual_grad + row * spec::kHidden, kRowBytes, barrier);
-  };
-  if (threadIdx.x == 0)
-    for (int u = 0; u < kStages && u < rows; ++u) issue(u);
   const int lane = threadIdx.x % 32;
+  if (threadIdx.x >= kProducer) {
+    // Row u's copies into stage u % kStages, once every warp is done with row u - kStages.
+    if (lane == 0) {
+#pragma unroll 1
+      for (int u = 0; u < rows; ++u) {
+        const int s = u % kStages;
+        if (u >= kStages) xj::wait_barrier(xj::shared_address(&empty[s]), ((u - kStages) / kStages) & 1);
+        const xj::u32 barrier = xj::shared_address(&full[s]);
+        const xj::u32 stage = xj::shared_address(stages + s * kStageBytes);
+        const long long row = tile_rows[u];
+        xj::expect_bytes(barrier, (residual_grad ? 3 : 2) * kRowBytes);
+        xj::bulk_copy(stage, x + row * spec::kHidden, kRowBytes, barrier);
+        xj::bulk_copy(stage + kRowBytes, grad + row * spec::kHidden, kRowBytes, barrier);
+        if (residual_grad)
+          xj::bulk_copy(stage + 2 * kRowBytes, residual_grad + row * spec::kHidden, kRowBytes, barrier);
+      }
+    }
+    return;
+  }
 
   if (threadIdx.x < kDotThreads) {
     const int t = threadIdx.x;
@@ -116,12 +123,14 @@ XJ_ENTRY(const rms_norm_one_pass::T* __restrict__ grad, const rms_norm_one_pass:
           load_shared_quad(gq, grad_row + 4 * v);
           load_shared_quad(mq, m_row + 4 * v);
           if (spec::kWeighted) load_shared_quad(wq, weight_row + 4 * v);
+          float xf[4], gf[4], mf[4], wf[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          xj::unpack_quad(xq, xf);
+          xj::unpack_quad(gq, gf);
+          xj::unpack_quad(mq, mf);
+          if (spec::kWeighted) xj::unpack_quad(wq, wf);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float w = spec::kWeighted ? xj::to_float(wq.v[e]) : 0.0f;
-            const float wd = xj::weighted_grad<true, spec::kWeighted>(xj::to_float(gq.v[e]), xj::to_float(mq.v[e]), w);
-            dot = xj::fma(wd, xj::to_float(xq.v[e]), dot);
-          }
+          for (int e = 0; e < 4; ++e)
+            dot = xj::fma(xj::weighted_grad<true, spec::kWeighted>(gf[e], mf[e], wf[e]), xf[e], dot);
         }
       }
       const float total = xj::row_sum_128<1>(dot, warp_sums[u & 1]);
@@ -131,15 +140,9 @@ XJ_ENTRY(const rms_norm_one_pass::T* __restrict__ grad, const rms_norm_one_pass:
         const float r = tile_rstd[u];
         coefs[s] = xj::div(xj::mul(xj::mul(xj::mul(r, r), r), total), (float)spec::kHidden);
         xj::arrive(xj::shared_address(&coef_ready[s]));
-        // Row u - 1's stage takes row u - 1 + kStages once every warp is done with it.
-        const int done = u - 1;
-        if (done >= 0 && done + kStages < rows) {
-          xj::wait_barrier(xj::shared_address(&empty[done % kStages]), (done / kStages) & 1);
-          issue(done + kStages);
-        }
       }
     }
-    return;  // every row was issued: the last refill is row rows - 1
+    return;
   }
 
   // Element threads: quads q = e_t + c * kElementThreads.
@@ -174,16 +177,27 @@ XJ_ENTRY(const rms_norm_one_pass::T* __restrict__ grad, const rms_norm_one_pass:
         load_shared_quad(mq, m_row + 4 * q);
         if (spec::kWeighted) load_shared_quad(wq, weight_row + 4 * q);
         if (residual_grad) load_shared_quad(rq, residual_row + 4 * q);
+        float xf[4], gf[4], mf[4], wf[4] = {0.0f, 0.0f, 0.0f, 0.0f}, dxf[4];
+        xj::unpack_quad(xq, xf);
+        xj::unpack_quad(gq, gf);
+        xj::unpack_quad(mq, mf);
+        if (spec::kWeighted) xj::unpack_quad(wq, wf);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float g = xj::to_float(gq.v[e]), x_e = xj::to_float(xq.v[e]), m = xj::to_float(mq.v[e]);
-          const float w = spec::kWeighted ? xj::to_float(wq.v[e]) : 0.0f;
-          xj::add_table_terms<T, spec::kWeighted>(g, xj::mul(r, x_e), w, m, thirds, first[c][e], second[c][e],
-                                                  group[c][e]);
+          xj::add_table_terms<T, spec::kWeighted>(gf[e], xj::mul(r, xf[e]), wf[e], mf[e], thirds, first[c][e],
+                                                  second[c][e], group[c][e]);
           float wd_lo = 0.0f;
-          const float wd = xj::weighted_grad<true, spec::kWeighted>(g, m, w, &wd_lo);
-          out.v[e] = xj::dx_value<T, false, true>(x_e, wd, wd_lo, r, 0.0f, coef);
-          if (residual_grad) out.v[e] = xj::round_to<T>(xj::add(xj::to_float(out.v[e]), xj::to_float(rq.v[e])));
+          const float wd = xj::weighted_grad<true, spec::kWeighted, true>(gf[e], mf[e], wf[e], &wd_lo);
+          dxf[e] = xj::dx_value<false, true>(xf[e], wd, wd_lo, r, 0.0f, coef);
+        }
+        xj::round_quad(dxf, out);
+        if (residual_grad) {  // dx = rT(add(rT(dx), residual_grad))
+          float rf[4];
+          xj::unpack_quad(out, dxf);
+          xj::unpack_quad(rq, rf);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dxf[e] = xj::add(dxf[e], rf[e]);
+          xj::round_quad(dxf, out);
         }
         xj::store_quad(dx_row + 4 * q, out);
       }

@@ -34,7 +34,8 @@ llvm::Error in_terms_of(std::string_view op, llvm::Error error) {
   std::string& m = report.message;
   for (const auto& [from, to] : {std::pair{"gate_residual: out", "h"}, {"rms_norm: x", "h"},
                                  {"gate_residual_backward: grad", "d_residual"}, {"rms_norm_backward: grad", "grad_out"},
-                                 {"rms_norm_backward: x", "h"}, {"rms_norm_backward: dx", "d_residual"}, {"rms_norm_backward: residual_grad", "grad_h"},
+                                 {"rms_norm_backward: x", "h"}, {"rms_norm_backward: dx", "d_residual"},
+                                 {"rms_norm_backward: residual_grad", "grad_h"},
                                  {"rms_norm_backward: dweight", "d_weight"}, {"rms_norm_backward: dshift", "d_shift"},
                                  {"rms_norm_backward: dscale", "d_scale"}})
     if (m.rfind(from, 0) == 0) m = fmt::format("{}: {}{}", op, to, m.substr(std::string_view(from).size()));

@@ -63,6 +63,7 @@ constexpr int kOnePassStages = 4;
 constexpr int64_t kOnePassMaxHidden = 6656;  // 128 + 832 + 32 threads: one block of at most 1024
 
 int one_pass_element_threads(int64_t hidden) { return static_cast<int>((hidden / 4 + 63) / 64 * 32); }
+int one_pass_block_threads(int64_t hidden) { return 128 + one_pass_element_threads(hidden) + 32; }
 
 uint32_t one_pass_shared_bytes(const KernelSpec& spec) {
   return static_cast<uint32_t>((kOnePassStages * 3 + 2) * spec.hidden * static_cast<int64_t>(dtype_size(spec.dtype)));
@@ -209,16 +210,18 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
     add_plan_launches(sequence, r.layout, ws, device_id, index_type, index, 0, table_rows, Op::RmsNormBackward);
   auto at_or_null = [&](const DLTensor* wanted, int64_t offset) { return wanted ? ws + offset : 0; };
   // dx and the tile partials in one pass where the device and the call allow it (same bits).
-  KernelSpec one_pass = make_spec(Op::RmsNormOnePass, *dtype, IndexType::I64, hidden, 0, 4, a.weight != nullptr);
-  one_pass.target.sm = device.sm;
+  // The cheap tests first: the rule formats its message when broken.
+  const KernelSpec one_pass = make_spec(Op::RmsNormOnePass, *dtype, IndexType::I64, hidden, 0, 4, a.weight != nullptr);
   const bool rows_by_bulk_copy = data_address(a.x) % 16 == 0 && data_address(a.grad) % 16 == 0 &&
                                  (!a.residual_grad || data_address(*a.residual_grad) % 16 == 0);
-  const bool in_one_pass = plan_sums && a.dx && !one_pass_rule(one_pass) && rows_by_bulk_copy &&
-                           one_pass_fills(r.layout.max_tiles, device);
-  one_pass.target = {};  // the runtime sets it per device
+  const bool in_one_pass = plan_sums && a.dx && rows_by_bulk_copy && one_pass_fills(r.layout.max_tiles, device) && [&] {
+    KernelSpec on_device = one_pass;  // the plan's spec leaves the target to the runtime
+    on_device.target.sm = device.sm;
+    return !one_pass_rule(on_device);
+  }();
   if (in_one_pass) {
     LaunchPlan& pass = sequence.add(one_pass, device_id, static_cast<uint32_t>(r.layout.max_tiles),
-                                    static_cast<uint32_t>(128 + one_pass_element_threads(hidden) + 32));
+                                    static_cast<uint32_t>(one_pass_block_threads(hidden)));
     pass.shared_bytes = one_pass_shared_bytes(one_pass);
     for (uint64_t v : {data_address(a.grad), a.residual_grad ? data_address(*a.residual_grad) : 0, data_address(a.x),
                        weight, scale, data_address(a.rstd), data_address(*a.dx), at_or_null(a.dshift, r.shift_partials),

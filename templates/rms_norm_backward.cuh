@@ -45,7 +45,7 @@ __device__ __forceinline__ bool in_row(int t, int k) { return kQuads % kRowThrea
 
 // wd = w * d_n for element e of quad k; with `lo` (only when kHasLo), also its rounding error.
 __device__ __forceinline__ float weighted_grad(const Quad& g, const Quad& sc, const Quad& w, int e, float* lo = nullptr) {
-  const float m = kModulated ? xj::modulation(sc.v[e]) : 0.0f;
+  const float m = kModulated ? xj::to_float(xj::modulation(sc.v[e])) : 0.0f;
   const float weight = spec::kWeighted ? xj::to_float(w.v[e]) : 0.0f;
   return xj::weighted_grad<kModulated, spec::kWeighted>(xj::to_float(g.v[e]), m, weight, lo);
 }

@@ -9,44 +9,43 @@ namespace xj {
 
 #if defined(__CUDA_ARCH__)
 // m = rT(add(1, scale)): the modulation factor as the forward rounds it.
-template <typename T> XJ_DEVICE float modulation(T scale) { return to_float(round_to<T>(add(1.0f, to_float(scale)))); }
+template <typename T> XJ_DEVICE T modulation(T scale) { return round_to<T>(add(1.0f, to_float(scale))); }
 
 // wd = w * d_n with d_n = grad (plain) or mul(grad, m) (modulated); given lo, also its rounding
 // error wd_lo (exact up to a rounding of the tiny lo terms): wd + wd_lo = w * grad * m, each
-// product's error taken as 0 where the product is not finite (product_error).
-// kFiniteFirst: the same values, computed first without product_error's guards: where wd is
-// finite, so are d and every product before it (w * inf is inf or NaN), and the guards change
-// nothing; only a non-finite wd takes the guarded path. Fewer instructions per element.
-template <bool kModulated, bool kWeighted, bool kFiniteFirst = false>
-XJ_DEVICE float weighted_grad(float grad, float m, float weight, float* lo = nullptr) {
-  if (kFiniteFirst && lo) {
-    float d = grad, d_lo = 0.0f;
-    if (kModulated) {
-      d = mul(grad, m);
-      d_lo = fma(grad, m, -d);
-    }
-    float wd = d, wd_lo = d_lo;
-    if (kWeighted) {
-      wd = mul(weight, d);
-      wd_lo = kModulated ? fma(weight, d_lo, fma(weight, d, -wd)) : fma(weight, d, -wd);
-    }
-    if (is_finite(wd)) {
-      *lo = wd_lo;
-      return wd;
-    }
-  }
+// product's error taken as 0 where the product is not finite (product_error; kGuarded).
+// Unguarded, the errors are plain fma(a, b, -p): the same values wherever wd is finite, since then
+// so are d and every product before it (w * inf is inf or NaN).
+template <bool kModulated, bool kWeighted, bool kGuarded>
+XJ_DEVICE float weighted_grad_terms(float grad, float m, float weight, float* lo) {
+  auto error = [](float a, float b, float p) { return kGuarded ? product_error(a, b, p) : fma(a, b, -p); };
   float d = grad, d_lo = 0.0f;
   if (kModulated) {
     d = mul(grad, m);
-    if (lo) d_lo = product_error(grad, m, d);
+    if (lo) d_lo = error(grad, m, d);
   }
   if (!kWeighted) {
     if (lo) *lo = d_lo;
     return d;
   }
   const float wd = mul(weight, d);
-  if (lo) *lo = kModulated ? fma(weight, d_lo, product_error(weight, d, wd)) : product_error(weight, d, wd);
+  if (lo) *lo = kModulated ? fma(weight, d_lo, error(weight, d, wd)) : error(weight, d, wd);
   return wd;
+}
+
+// weighted_grad_terms, guarded. kFiniteFirst: unguarded first (fewer instructions per element),
+// the guarded path only for a non-finite wd; the same values either way.
+template <bool kModulated, bool kWeighted, bool kFiniteFirst = false>
+XJ_DEVICE float weighted_grad(float grad, float m, float weight, float* lo = nullptr) {
+  if (kFiniteFirst && lo) {
+    float wd_lo;
+    const float wd = weighted_grad_terms<kModulated, kWeighted, false>(grad, m, weight, &wd_lo);
+    if (is_finite(wd)) {
+      *lo = wd_lo;
+      return wd;
+    }
+  }
+  return weighted_grad_terms<kModulated, kWeighted, true>(grad, m, weight, lo);
 }
 
 // dx before its rounding to T: fma(r, wd, small), small = mul(-x, coef), then + fma(r_lo, wd, .)

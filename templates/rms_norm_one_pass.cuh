@@ -64,7 +64,7 @@ XJ_ENTRY(const rms_norm_one_pass::T* __restrict__ grad, const rms_norm_one_pass:
     Quad sq, mq;
     xj::load_quad(sq, scale + (long long)tile.row * scale_stride + 4 * q);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) mq.v[e] = xj::round_to<T>(xj::add(1.0f, xj::to_float(sq.v[e])));
+    for (int e = 0; e < 4; ++e) mq.v[e] = xj::modulation(sq.v[e]);
     *reinterpret_cast<Quad*>(m_row + 4 * q) = mq;
     if (spec::kWeighted) {
       Quad wq;

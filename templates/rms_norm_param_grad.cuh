@@ -63,7 +63,7 @@ XJ_ENTRY(const rms_norm_param_grad::T* __restrict__ grad, const rms_norm_param_g
     Quad sc;
     xj::load_quad(sc, scale + (long long)tile.row * scale_stride + col);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) m[e] = xj::modulation(sc.v[e]);
+    for (int e = 0; e < 4; ++e) m[e] = xj::to_float(xj::modulation(sc.v[e]));
   }
   Sum first[4], second[4];
   xj::CompensatedSum third[4];

@@ -18,6 +18,14 @@ struct DeviceTraits {
   int multiprocessors = 0;
 };
 
+/// Whether a tile kernel's launch of `blocks` blocks fills the device: at least four per SM. A
+/// tile's walk over its rows is serial, so a launch short of that is bound by each block's walk
+/// and gains from more threads per tile (one column each instead of a pack); an unknown device
+/// counts as filled.
+inline bool tiles_fill_device(int64_t blocks, const DeviceTraits& device) {
+  return device.multiprocessors <= 0 || blocks >= 4 * static_cast<int64_t>(device.multiprocessors);
+}
+
 struct LaunchPlan {
   static constexpr int kMaxParams = 20;  // plus the error record the runtime appends
 

@@ -245,8 +245,10 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
       dx.push(v);
   }
   // A tiles kernel: grad, x, weight, scale, rstd, three partials pointers, the scale rows' stride.
+  // Quads where the launch fills the device, else one column a thread (same sums, more threads).
   auto add_tiles = [&](OpCode op, int64_t grid, std::initializer_list<uint64_t> params) -> LaunchPlan& {
-    const KernelSpec spec = make_spec(op, *dtype, IndexType::I64, hidden, 0, 4, op == Op::RmsNormTableGrad && a.weight);
+    KernelSpec spec = make_spec(op, *dtype, IndexType::I64, hidden, 0, 4, op == Op::RmsNormTableGrad && a.weight);
+    if (!tiles_fill_device(grid * codegen::column_slices(spec), device)) spec.vec = 1;
     LaunchPlan& tiles = sequence.add(spec, device_id, static_cast<uint32_t>(grid), codegen::backward_threads(spec));
     tiles.grid_y = static_cast<uint32_t>(codegen::column_slices(spec));
     for (uint64_t v : params) tiles.push(v);
@@ -308,13 +310,28 @@ std::vector<KernelSpec> dx_family(const KernelSpec& sizes) {
   return specs;
 }
 // dshift/dscale/dweight over segment tiles of table rows: the table stride is not the kernel's.
+// Quads, and one column a thread for launches that do not fill the device.
 std::vector<KernelSpec> table_grad_family(const KernelSpec& sizes) {
-  return {make_spec(Op::RmsNormTableGrad, sizes.dtype, IndexType::I64, sizes.hidden, 0, 4, true),
-          make_spec(Op::RmsNormTableGrad, sizes.dtype, IndexType::I64, sizes.hidden, 0, 4, false)};
+  std::vector<KernelSpec> specs;
+  for (int vec : {4, 1})
+    for (bool weighted : {true, false})
+      specs.push_back(make_spec(Op::RmsNormTableGrad, sizes.dtype, IndexType::I64, sizes.hidden, 0, vec, weighted));
+  return specs;
 }
 // dweight of the plain form (modulated, the table-grad tiles add it).
 std::vector<KernelSpec> weight_grad_family(const KernelSpec& sizes) {
-  return {make_spec(Op::RmsNormWeightGrad, sizes.dtype, IndexType::I64, sizes.hidden, 0, 4)};
+  return {make_spec(Op::RmsNormWeightGrad, sizes.dtype, IndexType::I64, sizes.hidden, 0, 4),
+          make_spec(Op::RmsNormWeightGrad, sizes.dtype, IndexType::I64, sizes.hidden, 0, 1)};
+}
+// rms_norm's row rules, with a quad or one column a thread.
+RuleBreak param_grad_rule(const KernelSpec& spec) {
+  KernelSpec quads = spec;
+  quads.vec = 4;
+  if (RuleBreak broken = rms_norm_rule(quads)) return broken;
+  if (spec.vec != 4 && spec.vec != 1)
+    return {RuleSubject::Spec, fmt::format("parameter-gradient tiles own a quad or one column a thread (vec=4 or 1, "
+                                           "got {})", spec.vec)};
+  return {};
 }
 }  // namespace
 
@@ -329,14 +346,14 @@ const OpRow kRmsNormTableGradRow = {
     Op::RmsNormTableGrad, "rms_norm_table_grad", OpRole::Backward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/4,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    param_grad_templates, render_table_grad_constants, rms_norm_rule, table_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormTableGrad, dtype, {0}); }};
+    param_grad_templates, render_table_grad_constants, param_grad_rule, table_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormTableGrad, dtype, {0}); }};
 // The plain dweight tiles load 8 rows at a time: at S = 4097 their 256-row walk is latency-bound
 // (docs/perf-notes.md, v10), and one accumulator per column leaves the registers for it.
 const OpRow kRmsNormWeightGradRow = {
     Op::RmsNormWeightGrad, "rms_norm_weight_grad", OpRole::Backward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/8,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    param_grad_templates, render_backward_constants, rms_norm_rule, weight_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormWeightGrad, dtype, {0}); }};
+    param_grad_templates, render_backward_constants, param_grad_rule, weight_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormWeightGrad, dtype, {0}); }};
 
 namespace {
 std::vector<std::string_view> one_pass_templates(const KernelSpec&) {

@@ -124,7 +124,8 @@ llvm::Expected<CaseOutcome> run_gate_residual_backward_case(Runtime& runtime, in
   return judge_backward(
       runtime, device_id,
       [&] {
-        return runtime.launch(plan_gate_residual_backward({t_grad, t_gate, t_index, t_y, &t_dy, &t_dgate, &t_ws}),
+        return runtime.launch(plan_gate_residual_backward({t_grad, t_gate, t_index, t_y, &t_dy, &t_dgate, &t_ws},
+                                                          planned_traits(c.path, runtime.traits(t_y.device).sm)),
                               nullptr);
       },
       outputs, c.bad_position >= 0 ? "gate_residual_backward: index[" : "");
@@ -231,7 +232,7 @@ llvm::Expected<CaseOutcome> run_rms_norm_backward_case(Runtime& runtime, int dev
                                     modulated ? &t_index : nullptr, t_rstd, kEps, &t_dx,
                                     c.weighted ? &t_dweight : nullptr, modulated ? &t_dshift : nullptr,
                                     modulated ? &t_dscale : nullptr, &t_ws},
-                                   c.one_pass ? DeviceTraits{runtime.traits(t_x.device).sm, 1} : DeviceTraits{}),
+                                   planned_traits(c.path, runtime.traits(t_x.device).sm)),
             nullptr);
       },
       outputs, c.bad_position >= 0 ? "rms_norm_backward: index[" : "");

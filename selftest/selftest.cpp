@@ -23,11 +23,29 @@ namespace exactjit {
 
 using namespace selftest;
 
+namespace {
+std::string_view path_name(TilePath path) {
+  return path == TilePath::OnePass ? " one-pass" : path == TilePath::Narrow ? " narrow-tiles" : "";
+}
+}  // namespace
+
+DeviceTraits planned_traits(TilePath path, int sm) {
+  switch (path) {
+    case TilePath::OnePass:
+      return {sm, 1};
+    case TilePath::Narrow:
+      return {sm, 1 << 20};
+    case TilePath::Unknown:
+      break;
+  }
+  return {};
+}
+
 std::string GateResidualCase::name() const {
-  return fmt::format("gate_residual {} H={} stride={} R={} S={} B={} index={}{}{}{}", dtype_name(dtype), hidden,
+  return fmt::format("gate_residual {} H={} stride={} R={} S={} B={} index={}{}{}{}{}", dtype_name(dtype), hidden,
                      table_stride, table_rows, seq, batch, index_type_name(index), misaligned ? " scalar" : "",
                      fp32_table_grad ? " d_gate=fp32" : "",
-                     bad_position >= 0 ? fmt::format(" bad-index@{}", bad_position) : "");
+                     bad_position >= 0 ? fmt::format(" bad-index@{}", bad_position) : "", path_name(path));
 }
 
 llvm::Expected<CaseOutcome> run_gate_residual_case(Runtime& runtime, int device_id, const GateResidualCase& c) {
@@ -145,7 +163,7 @@ std::string RmsNormCase::name() const {
                                                 index_type_name(index))
                                   : std::string("plain"),
                      weighted ? "weight" : "no-weight", seq, batch, fp32_param_grads ? " param-grads=fp32" : "",
-                     bad_position >= 0 ? fmt::format(" bad-index@{}", bad_position) : "", one_pass ? " one-pass" : "");
+                     bad_position >= 0 ? fmt::format(" bad-index@{}", bad_position) : "", path_name(path));
 }
 
 llvm::Expected<CaseOutcome> run_rms_norm_case(Runtime& runtime, int device_id, const RmsNormCase& c) {
@@ -324,6 +342,10 @@ llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int dev
     g.batch = 1;
     g.seed = seed++;
     gate_backward.push_back(g);
+    g.path = TilePath::Narrow;  // one column a thread: the same sums
+    g.seed = seed++;
+    gate_backward.push_back(g);
+    g.path = TilePath::Unknown;
     g.table_stride = 2 * kDefaultHidden;
     g.table_rows = 3;
     g.index = IndexType::I32;
@@ -354,10 +376,14 @@ llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int dev
         norm_backward.push_back(n);
       }
       if (dtype == DType::BF16 && stride != 0) {  // dx and the table sums in one pass: the same bits
-        n.one_pass = true;
+        n.path = TilePath::OnePass;
         n.seed = seed++;
         norm_backward.push_back(n);
       }
+      n.path = TilePath::Narrow;  // the parameter tiles one column a thread: the same sums
+      n.fp32_param_grads = false;
+      n.seed = seed++;
+      norm_backward.push_back(n);
     }
     RmsNormCase head;  // qk-norm: H = 128, one warp per row
     head.dtype = dtype;
@@ -382,7 +408,7 @@ llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int dev
   bad_norm_backward.bad_position = 2;
   bad_norm_backward.seed = seed++;
   norm_backward.push_back(bad_norm_backward);
-  bad_norm_backward.one_pass = true;
+  bad_norm_backward.path = TilePath::OnePass;
   bad_norm_backward.seed = seed++;
   norm_backward.push_back(bad_norm_backward);
   AdalnRowGatherCase bad_gather_backward;

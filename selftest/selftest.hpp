@@ -14,6 +14,14 @@
 
 namespace exactjit {
 
+/// How a backward case is planned: as for an unknown device (the tile kernels in packs and quads),
+/// as for a device that one plan tile fills (the one-pass kernel wherever it applies: modulated
+/// bf16 on sm_90, whatever S is), or as for one that no launch fills (one column a thread in every
+/// tile kernel). Each path must give the host model's bits.
+enum class TilePath { Unknown, OnePass, Narrow };
+/// The device traits that plan `path` on a device of architecture `sm`.
+DeviceTraits planned_traits(TilePath path, int sm);
+
 struct GateResidualCase {
   DType dtype = DType::BF16;
   IndexType index = IndexType::I64;
@@ -25,6 +33,7 @@ struct GateResidualCase {
   bool misaligned = false;     ///< offset the activations by one element: forces the scalar path
   bool fp32_table_grad = false;  ///< backward: d_gate in float32
   int64_t bad_position = -1;   ///< >= 0: index[bad_position] is set out of range
+  TilePath path = TilePath::Unknown;  ///< backward only
   uint64_t seed = 1;
   std::string name() const;
 };
@@ -69,9 +78,7 @@ struct RmsNormCase {
   int64_t batch = 2;
   int64_t bad_position = -1;  ///< >= 0 (modulated only): index[bad_position] is out of range
   bool fp32_param_grads = false;  ///< backward: dweight, dshift and dscale in float32
-  /// backward: planned as for a device that one plan tile fills, so the one-pass kernel runs
-  /// wherever it applies (modulated bf16 on sm_90/sm_100), whatever S is.
-  bool one_pass = false;
+  TilePath path = TilePath::Unknown;  ///< backward only
   uint64_t seed = 1;
   std::string name() const;
 };

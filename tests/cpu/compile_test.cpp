@@ -188,7 +188,7 @@ TEST(PtxAudit, BackwardKernelsFuseOnlyWhatTheyWrite) {
       auto ptx = nvrtc().ptx(codegen::render(spec));
       ASSERT_TRUE(static_cast<bool>(ptx)) << llvm::toString(ptx.takeError());
       // Compensated tile sums of products (fp32 segment sums; the plain dweight tiles): one
-      // product_error per element of a thread's pack (gate's vec, rms_norm's quad) for each of
+      // product_error per element a thread owns (its pack or quad, or one column) for each of
       // the rows loaded at a time; bf16/fp16 segment sums are plain, and the modulated dweight
       // adds plain sums of those rows compensated (no product error). The weighted table-grad
       // tiles' row loop is compiled twice (with and without dweight), so fp32 dscale's
@@ -197,7 +197,7 @@ TEST(PtxAudit, BackwardKernelsFuseOnlyWhatTheyWrite) {
       const size_t products = op == Op::RmsNormWeightGrad ? 1
                               : op == Op::RmsNormTableGrad ? (fp32 ? (spec.weighted ? 2 : 1) : 0)
                               : op == Op::GateResidualBackward && fp32 ? 1 : 0;
-      const size_t per_row = op == Op::GateResidualBackward ? static_cast<size_t>(spec.vec) : 4;
+      const size_t per_row = static_cast<size_t>(spec.vec);
       const size_t rows = static_cast<size_t>(codegen::backward_row_unroll(spec));
       EXPECT_EQ(count(*ptx, kFloatFma), products * rows * per_row) << spec.describe();
       EXPECT_EQ(count(*ptx, std::regex("\\.(approx|ftz)")), 0u) << spec.describe();

@@ -135,12 +135,13 @@ TEST(OpTable, FamiliesKeepTheirRowsRulesAndRender) {
 // A rule is written once, in the row, and validate_spec reports it with the spec.
 TEST(OpTable, ValidateSpecReportsTheRowsRule) {
   KernelSpec spec = spec_family(Op::RmsNormWeightGrad, rows_sizes(DType::BF16, 64, 0), Target{90, false}).front();
-  spec.vec = 1;
-  EXPECT_EQ(op_row(spec.op).rule(spec).rule, "rms_norm kernels move 4-element vectors (vec=4, got 1)");
+  spec.vec = 2;
+  EXPECT_EQ(op_row(spec.op).rule(spec).rule,
+            "parameter-gradient tiles own a quad or one column a thread (vec=4 or 1, got 2)");
   EXPECT_EQ(op_row(spec.op).rule(spec).subject, RuleSubject::Spec);
   llvm::Error error = validate_spec(spec);
   ASSERT_TRUE(static_cast<bool>(error));
-  EXPECT_NE(llvm::toString(std::move(error)).find(spec.describe() + ": rms_norm kernels move"), std::string::npos);
+  EXPECT_NE(llvm::toString(std::move(error)).find(spec.describe() + ": parameter-gradient tiles own"), std::string::npos);
   spec.vec = 4;
   spec.target.sm = 70;
   error = validate_spec(spec);

@@ -150,8 +150,8 @@ struct GateBackwardCall {
   FakeTensor d_y{5 * GiB, {2, 7, H}, kBF16};
   FakeTensor d_gate{6 * GiB, {9, H}, kBF16};
   FakeTensor workspace{7 * GiB, {gate_residual_backward_workspace(14, 7, 9, H)}, kU8};
-  llvm::Expected<LaunchSequence> plan() {
-    return plan_gate_residual_backward({grad.t, gate.t, index.t, y.t, &d_y.t, &d_gate.t, &workspace.t});
+  llvm::Expected<LaunchSequence> plan(DeviceTraits device = {}) {
+    return plan_gate_residual_backward({grad.t, gate.t, index.t, y.t, &d_y.t, &d_gate.t, &workspace.t}, device);
   }
 };
 
@@ -273,6 +273,54 @@ TEST(RmsNormBackwardValidation, ParameterGradientsMayBeFloat32) {
   EXPECT_EQ(sequence->steps[7].spec.dtype, DType::F32);   // dweight
   dscale.t.dtype = test::kF16;
   EXPECT_EQ(message_of(plan()), "rms_norm_backward: dscale must be in x's dtype bf16 or float32 (got fp16)");
+}
+
+// The tile kernels own one column a thread where their launch would give the device's SMs fewer
+// than four blocks each (a tile's walk over its rows is serial; the sums are the same), packs and
+// quads otherwise and for an unknown device.
+TEST(BackwardTiles, OneColumnAThreadWhereTheLaunchDoesNotFillTheDevice) {
+  auto tiles_of = [](llvm::Expected<LaunchSequence> sequence, OpCode op) {
+    EXPECT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
+    for (int k = 0; sequence && k < sequence->count; ++k)
+      if (sequence->steps[k].spec.op == op) return std::pair{sequence->steps[k].spec.vec, sequence->steps[k].grid_y};
+    ADD_FAILURE() << "no tile launch";
+    return std::pair{0, 0u};
+  };
+  // gate_residual: 14 rows, 9 table rows: 1 + 9 = 10 plan tiles x 6 slices of 128 packs = 60 blocks.
+  GateBackwardCall gate;
+  EXPECT_EQ(tiles_of(gate.plan(), Op::GateResidualBackward), std::pair(8, 6u));
+  EXPECT_EQ(tiles_of(gate.plan({90, 15}), Op::GateResidualBackward), std::pair(8, 6u));
+  EXPECT_EQ(tiles_of(gate.plan({90, 16}), Op::GateResidualBackward), std::pair(1, 42u));  // 5376 / 128
+
+  // rms_norm, modulated: the same 10 tiles x 11 slices of 128 quads = 110 blocks.
+  FakeTensor grad{1 * GiB, {2, 7, H}, kBF16}, x{2 * GiB, {2, 7, H}, kBF16}, weight{10 * GiB, {H}, kBF16};
+  FakeTensor scale{3 * GiB + H * 2, {9, H}, kBF16, {6 * H, 1}}, index{4 * GiB, {7}, kI64};
+  FakeTensor rstd{5 * GiB, {14}, kF32}, dx{6 * GiB, {2, 7, H}, kBF16}, dshift{7 * GiB, {9, H}, kBF16};
+  FakeTensor dscale{8 * GiB, {9, H}, kBF16}, dweight{11 * GiB, {H}, kBF16};
+  FakeTensor workspace{9 * GiB, {rms_norm_backward_workspace(14, 7, 9, H, true)}, kU8};
+  auto modulated = [&](DeviceTraits device) {
+    return plan_rms_norm_backward({grad.t, x.t, &weight.t, &scale.t, &index.t, rstd.t, 1e-5, &dx.t, &dweight.t,
+                                   &dshift.t, &dscale.t, &workspace.t},
+                                  device);
+  };
+  EXPECT_EQ(tiles_of(modulated({}), Op::RmsNormTableGrad), std::pair(4, 11u));
+  EXPECT_EQ(tiles_of(modulated({90, 27}), Op::RmsNormTableGrad), std::pair(4, 11u));
+  EXPECT_EQ(tiles_of(modulated({90, 28}), Op::RmsNormTableGrad), std::pair(1, 42u));
+  // plain: one tile of 14 consecutive rows x 11 slices = 11 blocks.
+  FakeTensor plain_workspace{9 * GiB, {rms_norm_backward_workspace(14, 14, 0, H, true)}, kU8};
+  auto plain = [&](DeviceTraits device) {
+    return plan_rms_norm_backward({grad.t, x.t, &weight.t, nullptr, nullptr, rstd.t, 1e-5, &dx.t, &dweight.t, nullptr,
+                                   nullptr, &plain_workspace.t},
+                                  device);
+  };
+  EXPECT_EQ(tiles_of(plain({90, 2}), Op::RmsNormWeightGrad), std::pair(4, 11u));
+  EXPECT_EQ(tiles_of(plain({90, 3}), Op::RmsNormWeightGrad), std::pair(1, 42u));
+  // Both widths are catalog kernels that every target builds.
+  KernelSpec narrow = make_spec(Op::RmsNormTableGrad, DType::BF16, IndexType::I64, H, 0, 1, true);
+  narrow.target = Target{90, false};
+  EXPECT_EQ(llvm::toString(validate_spec(narrow)), "");
+  narrow.vec = 2;
+  EXPECT_NE(llvm::toString(validate_spec(narrow)).find("a quad or one column a thread"), std::string::npos);
 }
 
 // The one-pass kernel replaces dx and the parameter tiles on sm_90 (bulk copies) where the plan's

@@ -346,6 +346,9 @@ TEST_F(Gpu, BackwardMatchesHostModelBitwiseAndRepeats) {
         g.table_stride = g.table_rows == 1 ? g.hidden : 6 * g.hidden;
         g.seed = seed++;
         check(run_gate_residual_backward_case(runtime(), 0, g), "backward " + g.name());
+        g.path = TilePath::Narrow;  // one column a thread: the same model
+        g.seed = seed++;
+        check(run_gate_residual_backward_case(runtime(), 0, g), "backward " + g.name());
         RmsNormCase n;
         n.dtype = dtype;
         n.seq = seq;
@@ -356,10 +359,13 @@ TEST_F(Gpu, BackwardMatchesHostModelBitwiseAndRepeats) {
         n.seed = seed++;
         check(run_rms_norm_backward_case(runtime(), 0, n), "backward " + n.name());
         if (dtype == DType::BF16 && n.table_stride != 0) {  // the one-pass kernel: the same model
-          n.one_pass = true;
+          n.path = TilePath::OnePass;
           n.seed = seed++;
           check(run_rms_norm_backward_case(runtime(), 0, n), "backward " + n.name());
         }
+        n.path = TilePath::Narrow;  // the parameter tiles one column a thread: the same model
+        n.seed = seed++;
+        check(run_rms_norm_backward_case(runtime(), 0, n), "backward " + n.name());
       }
       AdalnRowGatherCase a;
       a.dtype = dtype;
@@ -381,9 +387,15 @@ TEST_F(Gpu, BackwardMatchesHostModelBitwiseAndRepeats) {
     n.table_rows = 3;
     n.seed = seed++;
     check(run_rms_norm_backward_case(runtime(), 0, n), "backward " + n.name());
-    n.one_pass = true;  // H = 12 keeps the two kernels (16-byte rows); the others take one pass
+    n.path = TilePath::OnePass;  // H = 12 keeps the two kernels (16-byte rows); the others take one pass
     n.seed = seed++;
     check(run_rms_norm_backward_case(runtime(), 0, n), "backward " + n.name());
+    n.path = TilePath::Narrow;
+    n.seed = seed++;
+    check(run_rms_norm_backward_case(runtime(), 0, n), "backward " + n.name());
+    g.path = TilePath::Narrow;
+    g.seed = seed++;
+    check(run_gate_residual_backward_case(runtime(), 0, g), "backward " + g.name());
     AdalnRowGatherCase a;
     a.hidden = hidden;
     a.seed = seed++;

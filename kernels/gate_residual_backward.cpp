@@ -22,8 +22,7 @@ int64_t gate_residual_backward_workspace(int64_t rows, int64_t seq, int64_t tabl
   return (CheckedSize(layout.end) + align_workspace(CheckedSize(layout.max_tiles) * hidden * 4)).value_or(-1);
 }
 
-llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBackwardArgs& a,
-                                                           const DeviceTraits& device) {
+llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBackwardArgs& a) {
   llvm::SmallVector<NamedTensor, 7> tensors = {{"grad", &a.grad}, {"gate", &a.gate}, {"index", &a.index}, {"y", &a.y}};
   if (a.d_y) tensors.push_back({"d_y", a.d_y});
   if (a.d_gate) tensors.push_back({"d_gate", a.d_gate});
@@ -80,14 +79,12 @@ llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBac
 
   const SegmentLayout layout = segment_layout(rows, seq, table_rows);
   const uint64_t ws = data_address(*a.workspace);
-  const int device_id = a.y.device.device_id;
-  add_plan_launches(sequence, layout, ws, device_id, *index_type, data_address(a.index), 0, table_rows,
+  const int device = a.y.device.device_id;
+  add_plan_launches(sequence, layout, ws, device, *index_type, data_address(a.index), 0, table_rows,
                     Op::GateResidualBackward);
-  // Packs where the launch fills the device, else one column a thread (same sums, more threads).
-  KernelSpec spec = make_spec(Op::GateResidualBackward, *dtype, IndexType::I64, hidden, table_stride,
-                              pack_width(*dtype, hidden, table_stride, {&a.grad, &a.gate, &a.y, a.d_y}));
-  if (!tiles_fill_device(layout.max_tiles * codegen::column_slices(spec), device)) spec.vec = 1;
-  LaunchPlan& tiles = sequence.add(spec, device_id, static_cast<uint32_t>(layout.max_tiles),
+  const int vec = pack_width(*dtype, hidden, table_stride, {&a.grad, &a.gate, &a.y, a.d_y});
+  const KernelSpec spec = make_spec(Op::GateResidualBackward, *dtype, IndexType::I64, hidden, table_stride, vec);
+  LaunchPlan& tiles = sequence.add(spec, device, static_cast<uint32_t>(layout.max_tiles),
                                    static_cast<uint32_t>(codegen::backward_threads(spec)));
   tiles.grid_y = static_cast<uint32_t>(codegen::column_slices(spec));
   const uint64_t partials = a.d_gate ? ws + layout.end : 0;
@@ -98,7 +95,7 @@ llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBac
   tiles.push(partials);
   push_plan_params(tiles, layout, ws);
   if (a.d_gate)
-    add_fold_launch(sequence, &layout, ws, device_id, d_gate_dtype, partials, layout.max_tiles, hidden,
+    add_fold_launch(sequence, &layout, ws, device, d_gate_dtype, partials, layout.max_tiles, hidden,
                     data_address(*a.d_gate));
   return sequence;
 }
@@ -140,8 +137,7 @@ extern "C" exactjit_status_t xj_gate_residual_backward(xj_runtime* runtime, cons
   return exactjit::c_abi::call_op(
       runtime, "gate_residual_backward", {{"grad", grad}, {"gate", gate}, {"index", index}, {"y", y}},
       [&](exactjit::Runtime& r) {
-        return r.launch(exactjit::plan_gate_residual_backward({*grad, *gate, *index, *y, d_y, d_gate, workspace},
-                                                              r.traits(y->device)),
+        return r.launch(exactjit::plan_gate_residual_backward({*grad, *gate, *index, *y, d_y, d_gate, workspace}),
                         stream);
       });
 }

@@ -28,8 +28,7 @@ struct GateResidualBackwardArgs {
 /// Workspace bytes for M rows, index length S, R table rows, hidden H (-1: invalid shapes).
 int64_t gate_residual_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden);
 
-llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBackwardArgs& args,
-                                                           const DeviceTraits& device = {});
+llvm::Expected<LaunchSequence> plan_gate_residual_backward(const GateResidualBackwardArgs& args);
 
 /// gate_residual_backward's row of the op table.
 extern const OpRow kGateResidualBackwardRow;

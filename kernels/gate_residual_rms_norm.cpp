@@ -169,8 +169,7 @@ llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateRe
                                          device);
   if (!sequence) return in_terms_of(kBackwardOp, sequence.takeError());
   if (gate_part) {
-    auto gated =
-        plan_gate_residual_backward({a.d_residual, a.gate, a.index, a.y, a.d_y, a.d_gate, &gated_ws}, device);
+    auto gated = plan_gate_residual_backward({a.d_residual, a.gate, a.index, a.y, a.d_y, a.d_gate, &gated_ws});
     if (!gated) return in_terms_of(kBackwardOp, gated.takeError());
     if (sequence->count + gated->count > LaunchSequence::kMaxSteps)
       return make_error(ErrorCode::Internal, "gate_residual_rms_norm_backward: too many launches for one sequence");

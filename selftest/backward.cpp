@@ -124,8 +124,7 @@ llvm::Expected<CaseOutcome> run_gate_residual_backward_case(Runtime& runtime, in
   return judge_backward(
       runtime, device_id,
       [&] {
-        return runtime.launch(plan_gate_residual_backward({t_grad, t_gate, t_index, t_y, &t_dy, &t_dgate, &t_ws},
-                                                          planned_traits(c.path, runtime.traits(t_y.device).sm)),
+        return runtime.launch(plan_gate_residual_backward({t_grad, t_gate, t_index, t_y, &t_dy, &t_dgate, &t_ws}),
                               nullptr);
       },
       outputs, c.bad_position >= 0 ? "gate_residual_backward: index[" : "");

@@ -42,10 +42,10 @@ DeviceTraits planned_traits(TilePath path, int sm) {
 }
 
 std::string GateResidualCase::name() const {
-  return fmt::format("gate_residual {} H={} stride={} R={} S={} B={} index={}{}{}{}{}", dtype_name(dtype), hidden,
+  return fmt::format("gate_residual {} H={} stride={} R={} S={} B={} index={}{}{}{}", dtype_name(dtype), hidden,
                      table_stride, table_rows, seq, batch, index_type_name(index), misaligned ? " scalar" : "",
                      fp32_table_grad ? " d_gate=fp32" : "",
-                     bad_position >= 0 ? fmt::format(" bad-index@{}", bad_position) : "", path_name(path));
+                     bad_position >= 0 ? fmt::format(" bad-index@{}", bad_position) : "");
 }
 
 llvm::Expected<CaseOutcome> run_gate_residual_case(Runtime& runtime, int device_id, const GateResidualCase& c) {
@@ -342,10 +342,6 @@ llvm::Expected<std::vector<SelftestLine>> run_selftest(Runtime& runtime, int dev
     g.batch = 1;
     g.seed = seed++;
     gate_backward.push_back(g);
-    g.path = TilePath::Narrow;  // one column a thread: the same sums
-    g.seed = seed++;
-    gate_backward.push_back(g);
-    g.path = TilePath::Unknown;
     g.table_stride = 2 * kDefaultHidden;
     g.table_rows = 3;
     g.index = IndexType::I32;

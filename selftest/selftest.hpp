@@ -16,8 +16,8 @@ namespace exactjit {
 
 /// How a backward case is planned: as for an unknown device (the tile kernels in packs and quads),
 /// as for a device that one plan tile fills (the one-pass kernel wherever it applies: modulated
-/// bf16 on sm_90, whatever S is), or as for one that no launch fills (one column a thread in every
-/// tile kernel). Each path must give the host model's bits.
+/// bf16 on sm_90, whatever S is), or as for one that no launch fills (one column a thread in the
+/// parameter tiles). Each path must give the host model's bits.
 enum class TilePath { Unknown, OnePass, Narrow };
 /// The device traits that plan `path` on a device of architecture `sm`.
 DeviceTraits planned_traits(TilePath path, int sm);
@@ -33,7 +33,6 @@ struct GateResidualCase {
   bool misaligned = false;     ///< offset the activations by one element: forces the scalar path
   bool fp32_table_grad = false;  ///< backward: d_gate in float32
   int64_t bad_position = -1;   ///< >= 0: index[bad_position] is set out of range
-  TilePath path = TilePath::Unknown;  ///< backward only
   uint64_t seed = 1;
   std::string name() const;
 };

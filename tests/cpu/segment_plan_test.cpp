@@ -150,8 +150,8 @@ struct GateBackwardCall {
   FakeTensor d_y{5 * GiB, {2, 7, H}, kBF16};
   FakeTensor d_gate{6 * GiB, {9, H}, kBF16};
   FakeTensor workspace{7 * GiB, {gate_residual_backward_workspace(14, 7, 9, H)}, kU8};
-  llvm::Expected<LaunchSequence> plan(DeviceTraits device = {}) {
-    return plan_gate_residual_backward({grad.t, gate.t, index.t, y.t, &d_y.t, &d_gate.t, &workspace.t}, device);
+  llvm::Expected<LaunchSequence> plan() {
+    return plan_gate_residual_backward({grad.t, gate.t, index.t, y.t, &d_y.t, &d_gate.t, &workspace.t});
   }
 };
 
@@ -275,8 +275,8 @@ TEST(RmsNormBackwardValidation, ParameterGradientsMayBeFloat32) {
   EXPECT_EQ(message_of(plan()), "rms_norm_backward: dscale must be in x's dtype bf16 or float32 (got fp16)");
 }
 
-// The tile kernels own one column a thread where their launch would give the device's SMs fewer
-// than four blocks each (a tile's walk over its rows is serial; the sums are the same), packs and
+// rms_norm's parameter tiles own one column a thread where their launch would give the device's
+// SMs fewer than four blocks each (a tile's walk over its rows is serial; the sums are the same),
 // quads otherwise and for an unknown device.
 TEST(BackwardTiles, OneColumnAThreadWhereTheLaunchDoesNotFillTheDevice) {
   auto tiles_of = [](llvm::Expected<LaunchSequence> sequence, OpCode op) {
@@ -286,13 +286,7 @@ TEST(BackwardTiles, OneColumnAThreadWhereTheLaunchDoesNotFillTheDevice) {
     ADD_FAILURE() << "no tile launch";
     return std::pair{0, 0u};
   };
-  // gate_residual: 14 rows, 9 table rows: 1 + 9 = 10 plan tiles x 6 slices of 128 packs = 60 blocks.
-  GateBackwardCall gate;
-  EXPECT_EQ(tiles_of(gate.plan(), Op::GateResidualBackward), std::pair(8, 6u));
-  EXPECT_EQ(tiles_of(gate.plan({90, 15}), Op::GateResidualBackward), std::pair(8, 6u));
-  EXPECT_EQ(tiles_of(gate.plan({90, 16}), Op::GateResidualBackward), std::pair(1, 42u));  // 5376 / 128
-
-  // rms_norm, modulated: the same 10 tiles x 11 slices of 128 quads = 110 blocks.
+  // Modulated: 14 rows, 9 table rows: 1 + 9 = 10 plan tiles x 11 slices of 128 quads = 110 blocks.
   FakeTensor grad{1 * GiB, {2, 7, H}, kBF16}, x{2 * GiB, {2, 7, H}, kBF16}, weight{10 * GiB, {H}, kBF16};
   FakeTensor scale{3 * GiB + H * 2, {9, H}, kBF16, {6 * H, 1}}, index{4 * GiB, {7}, kI64};
   FakeTensor rstd{5 * GiB, {14}, kF32}, dx{6 * GiB, {2, 7, H}, kBF16}, dshift{7 * GiB, {9, H}, kBF16};

@@ -18,14 +18,6 @@ struct DeviceTraits {
   int multiprocessors = 0;
 };
 
-/// Whether a tile kernel's launch of `blocks` blocks fills the device: at least four per SM. A
-/// tile's walk over its rows is serial, so rms_norm's parameter tiles, whose compensated adds are
-/// long dependent chains, run one column a thread instead of a quad below that (more warps for
-/// the same walk; docs/perf-notes.md v13); an unknown device counts as filled.
-inline bool tiles_fill_device(int64_t blocks, const DeviceTraits& device) {
-  return device.multiprocessors <= 0 || blocks >= 4 * static_cast<int64_t>(device.multiprocessors);
-}
-
 struct LaunchPlan {
   static constexpr int kMaxParams = 20;  // plus the error record the runtime appends
 

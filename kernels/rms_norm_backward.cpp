@@ -88,6 +88,12 @@ RuleBreak one_pass_rule(const KernelSpec& spec) {
 bool one_pass_fills(int64_t max_tiles, const DeviceTraits& device) {
   return device.multiprocessors > 0 && max_tiles >= device.multiprocessors / 2;
 }
+// Whether the parameter tiles' launch of `blocks` blocks fills the device: at least four per SM.
+// Below that, their walks (long chains of compensated adds) run one column a thread instead of a
+// quad: more warps for the same walk (docs/perf-notes.md v13). An unknown device counts as filled.
+bool tiles_fill_device(int64_t blocks, const DeviceTraits& device) {
+  return device.multiprocessors <= 0 || blocks >= 4 * static_cast<int64_t>(device.multiprocessors);
+}
 }  // namespace
 
 int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, bool weighted) {

@@ -76,15 +76,17 @@ sys.path.insert(0, BENCH)
 
 import torch  # noqa: E402
 
-from bench_forward import (BITS, CHUNK, EPS, FUSED, T, Timer, add_speedups, add_timing, finish,  # noqa: E402
-                           gate_inputs, gate_residual_eager, gate_residual_rms_norm_eager,
+from bench_forward import (BITS, CHUNK, EPS, FUSED, T, TARGET_CARD, Timer, add_speedups, add_timing,  # noqa: E402
+                           finish, gate_inputs, gate_residual_eager, gate_residual_rms_norm_eager,
                            gate_residual_rms_norm_for_compile, git_commit, load_exactjit, log, measure_copy,
                            rms_inputs, rms_norm_modulated_eager, rotating_sets)
 
 OPS = ("gate_residual", "rms_norm+mod", "rms_norm+mod+w", FUSED)  # the default run
 PLAIN_OPS = ("rms_norm+w", "qk_norm")  # only when --ops names them; "faster than eager" is their target
 HEAD_DIM, QK_HEADS = 128, 56  # qk_norm's x: MiniMax-H3's attention heads x head dim (q, k 7168 wide)
-TARGETS_MS = {"gate_residual": 2.5, "rms_norm+mod": 2.0, "rms_norm+mod+w": 2.1}  # at S = TARGET_S
+# At S = TARGET_S: issue 17's, and issue 16's for the fused op (stated there without the weight
+# gradient; this case computes it).
+TARGETS_MS = {"gate_residual": 2.5, "rms_norm+mod": 2.0, "rms_norm+mod+w": 2.1, FUSED: 3.8}
 TARGET_S = 131072
 IMPLS = ("exactjit", "eager", "eager det")
 FUSED_IMPLS = ("exactjit fused", "exactjit 2 ops", "eager", "eager det", "torch.compile")
@@ -356,9 +358,10 @@ def time_impls(timer, xj, base, impls, forwards, make_step, sets, grad_names, co
                 if xj is not None:
                     xj.synchronize()
             add_timing(row, ms, host_us, inner, nbytes, copy_gbs)
-            if impl == "exactjit" and s == TARGET_S and op in TARGETS_MS:
+            if impl in ("exactjit", "exactjit fused") and s == TARGET_S and op in TARGETS_MS:
                 row["target_ms"] = TARGETS_MS[op]
-                row["target_met"] = ms <= TARGETS_MS[op]
+                if TARGET_CARD in torch.cuda.get_device_name():
+                    row["target_met"] = ms <= TARGETS_MS[op]
         except Exception as e:
             traceback.print_exc()
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -380,6 +383,13 @@ def yes_no(v):
 
 def met(v):
     return "met" if v else "MISSED"
+
+
+def judged(r):
+    """A timed target's verdict, or why it has none (the targets are the H200's)."""
+    if "target_met" in r:
+        return met(r["target_met"])
+    return f"not judged on this card (an {TARGET_CARD} target)"
 
 
 def speedup(r, field):
@@ -409,16 +419,17 @@ def markdown(meta, rows):
         "- speedup = the reference's ms / this row's ms (> 1: this row is faster); out = eager: forward output(s) "
         "bitwise equal to eager's; d_y = eager: gate_residual's d_y bitwise equal to eager's; repeatable: two runs "
         "give bit-identical gradients (else the gradients that differed; fwd rows: outputs)",
-        f"- targets (exactjit at S={TARGET_S}): " + ", ".join(f"{op} <= {ms} ms" for op, ms in TARGETS_MS.items()) +
+        f"- targets (exactjit at S={TARGET_S}, on the {TARGET_CARD}): " +
+        ", ".join(f"{op} <= {ms} ms" for op, ms in TARGETS_MS.items()) +
         "; rms_norm+w and qk_norm: exactjit faster than eager at every S, fwd and fwd+bwd",
         "",
     ]
     for op, target in TARGETS_MS.items():
-        hit = [r for r in rows if r["op"] == op and "target_met" in r]
+        hit = [r for r in rows if r["op"] == op and "target_ms" in r]
         if hit:
             r = hit[0]
             lines.append(f"- **{op} fwd+bwd at S={TARGET_S}: {r['ms']:.3f} ms, target <= {target} ms: "
-                         f"{met(r['target_met'])}**")
+                         f"{judged(r)}**")
     for op in PLAIN_OPS:
         for s in sorted({r["S"] for r in rows if r["op"] == op}):
             hit = [r for r in rows if r["op"] == op and r["S"] == s and "faster_than_eager" in r]
@@ -439,8 +450,8 @@ def markdown(meta, rows):
             continue
         repeat = "yes" if r["repeatable"] else "NO (" + ", ".join(r["not_repeatable"]) + ")"
         target = ""
-        if "target_met" in r:
-            target = f"<= {r['target_ms']} ms: {met(r['target_met'])}"
+        if "target_ms" in r:
+            target = f"<= {r['target_ms']} ms: {judged(r)}"
         elif "faster_than_eager" in r:
             target = f"faster than eager: {met(r['faster_than_eager'])}"
         lines.append(
@@ -458,7 +469,8 @@ def main():
     p.add_argument("--ops", default=",".join(OPS),
                    help="comma-separated, of " + ",".join(OPS + PLAIN_OPS) + " (default: the first four)")
     p.add_argument("--qk-heads", type=int, default=QK_HEADS, help="qk_norm's heads (x is (1, S, heads, 128))")
-    p.add_argument("--reps", type=int, default=50, help="timed batches per implementation (median)")
+    p.add_argument("--reps", type=int, default=50,
+                   help="timed batches per implementation (median; fewer than 50 are raised to 50)")
     p.add_argument("--seed", type=int, default=4321)
     p.add_argument("--report", help="markdown report path")
     p.add_argument("--json", help="JSON report path")

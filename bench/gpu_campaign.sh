@@ -5,7 +5,8 @@
 # prebuilt in .carry/ (built on the CPU machine); markdown reports go to $OUT, logs and JSON to
 # $OUT/logs.tgz. Prints a short table last. STEPS=a,b,... runs only the steps named (the names in
 # the summary table); a whole campaign no longer fits one 10-minute command, so split it in two.
-# Wheels in .whl/ (diffusers 0.42.1 for the MiniMax-H3 checks) are installed into /tmp/site.
+# Wheels in .whl/ (diffusers 0.42.1 for the MiniMax-H3 checks; bench/fetch_wheels.sh fills it) are
+# installed into /tmp/site.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/out}"
@@ -73,6 +74,17 @@ if [ "${PROFILE:-0}" = 1 ]; then
     { echo "== $variant"; grep -E "Duration|DRAM Throughput|Memory Throughput|dram__bytes|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|L2 Hit|Block Size|Grid Size|Dynamic Shared|Stall" "$LOGS/ncu_$variant.log"; } >>"$OUT/profile.txt"
   done
   cat "$OUT/profile.txt"
+fi
+# PROFILE_TILES=1: Nsight Compute on the backward's tile kernels at a small and a mid S (where
+# the planner picks one column a thread and where it picks quads); summary lines to
+# $OUT/profile_tiles.txt.
+if [ "${PROFILE_TILES:-0}" = 1 ]; then
+  step ncu-tiles ncu_tiles.log timeout 300 ncu --clock-control none \
+    -k 'regex:rms_norm_(table|weight)_grad|gate_residual_backward' -c 32 --section SpeedOfLight \
+    --section WarpStateStats --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+    python3 bench/profile_backward_kernels.py --sizes 4097,16384 --steps 1
+  grep -E "^  [a-z_]+_bf16.*\(|Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Grid Size" \
+    "$LOGS/ncu_tiles.log" >"$OUT/profile_tiles.txt"
 fi
 # The PyTorch integration: operators (opcheck, torch.compile, CUDA graphs), host cost, diffusers'
 # MiniMax-H3 patched (bitwise forward, gradients against fp64, compiled), the end-to-end benchmark.

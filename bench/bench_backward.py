@@ -358,10 +358,7 @@ def time_impls(timer, xj, base, impls, forwards, make_step, sets, grad_names, co
                 if xj is not None:
                     xj.synchronize()
             add_timing(row, ms, host_us, inner, nbytes, copy_gbs)
-            if impl in ("exactjit", "exactjit fused") and s == TARGET_S and op in TARGETS_MS:
-                row["target_ms"] = TARGETS_MS[op]
-                if TARGET_CARD in torch.cuda.get_device_name():
-                    row["target_met"] = ms <= TARGETS_MS[op]
+            row.update(target_fields(op, s, impl, ms, torch.cuda.get_device_name()))
         except Exception as e:
             traceback.print_exc()
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
@@ -383,6 +380,17 @@ def yes_no(v):
 
 def met(v):
     return "met" if v else "MISSED"
+
+
+def target_fields(op, s, impl, ms, device):
+    """A row's target (exactjit's at TARGET_S, where the op has one) and, on the card the targets
+    are set on, whether it is met."""
+    if impl not in ("exactjit", "exactjit fused") or s != TARGET_S or op not in TARGETS_MS:
+        return {}
+    fields = {"target_ms": TARGETS_MS[op]}
+    if TARGET_CARD in device:
+        fields["target_met"] = ms <= TARGETS_MS[op]
+    return fields
 
 
 def judged(r):

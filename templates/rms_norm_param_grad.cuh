@@ -9,10 +9,11 @@
 //   slice), in row order, from 0: first += mul(grad, mul(rstd, x)).
 // Each thread owns kVec columns (a 4-element quad, or one column where a small M leaves too few
 // tiles to fill the GPU with quads); rows are loaded kRowUnroll at a time and added strictly in
-// order: dshift/dscale with SegmentSumFor<T> (compensated for fp32, plain for bf16/fp16), dweight compensated for every dtype (it sums all M rows: with plain fp32 tiles,
-// bf16/fp16 dweight lost to eager in 8 of 32 cases at the 5th digit); fixed_order_sum.cuh. The
-// modulated dweight compensates per group of kRowUnroll rows, not per row: the compensated add is
-// most of the kernel's instructions, and a 4-term plain sum is ~2 fp32 roundings off.
+// order: dshift/dscale with SegmentSumFor<T> (compensated for fp32, plain for bf16/fp16), dweight
+// compensated for every dtype (it sums all M rows: with plain fp32 tiles, bf16/fp16 dweight lost
+// to eager in 8 of 32 cases at the 5th digit); fixed_order_sum.cuh. The modulated dweight
+// compensates per group of kRowUnroll rows, not per row: the compensated add is most of the
+// kernel's instructions, and a 4-term plain sum is ~2 fp32 roundings off.
 namespace rms_norm_param_grad {
 
 typedef xj::StorageOf<spec::kDType>::type T;

@@ -8,11 +8,14 @@ with CUDA activity, and lists every kernel's mean GPU time per step and its shar
   rms_norm+mod     the same without a weight (the DiT block's norm1/norm2)
   rms_norm+w       plain rms_norm with a weight: gradients for x and weight
   gate_residual    residual + gate[i] * y: gradients for residual, y and the table
+  gate_residual+rms_norm+mod+w
+                   the fused op (h = residual + gate[i] * y, out = the modulated, weighted norm of h),
+                   upstream gradients for out and h: gradients for residual, y, the table, weight
 exactjit's kernels carry their entry names (op, dtype, shape), PyTorch's their own: the autograd
 glue around the ops (the table view's slice backward, zero fills) shows up beside them. A kernel
 under its floor share is what docs/perf-notes.md's next step names.
 
-  python3 bench/profile_backward_kernels.py [--sizes 4097,131072] [--steps 20] [--report r.md]
+  python3 bench/profile_backward_kernels.py [--sizes 4097,131072] [--steps 20] [--cases a,b] [--report r.md]
 """
 import argparse
 import os
@@ -54,8 +57,19 @@ def cases(xj, s, h, dtype, gen):
         out = xj.gate_residual(residual, tr.view(3 * T, 6 * h)[:, 2 * h:3 * h], index, yr)
         return torch.autograd.grad(out, (residual, yr, tr), grad)
 
+    def fused():
+        # The block's case: h flows on (its gradient given) and feeds the modulated, weighted norm.
+        residual = x.detach().requires_grad_()
+        yr = y.detach().requires_grad_()
+        tr = table.detach().requires_grad_()
+        wr = weight.detach().requires_grad_()
+        rows = tr.view(3 * T, 6 * h)
+        h_out, out = xj.gate_residual_rms_norm(residual, rows[:, 2 * h:3 * h], index, yr, wr, EPS,
+                                               shift=rows[:, 3 * h:4 * h], scale=rows[:, 4 * h:5 * h])
+        return torch.autograd.grad((out, h_out), (residual, yr, tr, wr), (grad, y))
+
     return {"rms_norm+mod+w": rms(True, True), "rms_norm+mod": rms(False, True), "rms_norm+w": rms(True, False),
-            "gate_residual": gate}
+            "gate_residual": gate, "gate_residual+rms_norm+mod+w": fused}
 
 
 def kernel_times(step, steps):
@@ -80,6 +94,7 @@ def main():
     p.add_argument("--sizes", default="4097,131072")
     p.add_argument("--hidden", type=int, default=5376)
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--cases", help="comma-separated case names (default: all)")
     p.add_argument("--report")
     args = p.parse_args()
     import exactjit as xj
@@ -88,6 +103,8 @@ def main():
     gen = torch.Generator(device="cuda").manual_seed(99)
     for s in (int(v) for v in args.sizes.split(",")):
         for name, step in cases(xj, s, args.hidden, torch.bfloat16, gen).items():
+            if args.cases and name not in args.cases.split(","):
+                continue
             times = kernel_times(step, args.steps)
             step_us = sum(us for us, _ in times.values())
             lines += [f"## {name}, S = {s}: {step_us:.1f} us of kernels per step", "",

@@ -18,6 +18,7 @@
 #include <llvm/ADT/SmallVector.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 namespace exactjit {
@@ -138,6 +139,9 @@ llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateRe
   if (auto err = require_cuda_on_one_device(kBackwardOp, tensors)) return err;
   if (a.h.ndim < 1 || a.gate.ndim != 2 || a.index.ndim != 1)
     return invalid({kBackwardOp, "h"}, "h, gate and index must be the forward's (..., H), (R, H) and (S,)");
+  if (modulated && a.scale->ndim >= 1 && a.scale->shape[0] != a.gate.shape[0])
+    return invalid({kBackwardOp, "scale"}, fmt::format("must have the gate's {} rows, as in the forward (got {})",
+                                                       a.gate.shape[0], a.scale->shape[0]));
   const int64_t hidden = a.h.shape[a.h.ndim - 1];
   const int64_t rows = hidden > 0 ? element_count(a.h) / hidden : 0;
   const int64_t bytes = gate_residual_rms_norm_backward_workspace(rows, a.index.shape[0], a.gate.shape[0], hidden,
@@ -163,14 +167,29 @@ llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateRe
     gated_ws.byte_offset += static_cast<uint64_t>(gated_at);
   }
 
+  // gate_residual's part first: where rms_norm's one-pass kernel runs, it forms that part too (its
+  // gate partials where gate_residual's tiles would write them, folded over rms_norm's plan).
+  llvm::Expected<LaunchSequence> gated =
+      gate_part ? plan_gate_residual_backward({a.d_residual, a.gate, a.index, a.y, a.d_y, a.d_gate, &gated_ws})
+                : LaunchSequence{};
+  if (!gated) return in_terms_of(kBackwardOp, gated.takeError());
+  std::optional<OnePassGate> one_pass_gate;
+  if (a.d_y && a.d_gate && modulated && gated->count > 0) {
+    auto d_gate_dtype = float_dtype({kBackwardOp, "d_gate"}, *a.d_gate);  // validated: F32 or y's
+    if (!d_gate_dtype) return d_gate_dtype.takeError();
+    const uint64_t partials = data_address(gated_ws) + segment_layout(rows, a.index.shape[0], a.gate.shape[0]).end;
+    one_pass_gate.emplace(OnePassGate{a.y, a.gate, *a.d_y, *a.d_gate, *d_gate_dtype, partials});
+  }
   auto sequence = plan_rms_norm_backward({a.grad_out, a.h, a.weight, a.scale, modulated ? &a.index : nullptr, a.rstd,
                                           a.eps, &a.d_residual, a.d_weight, a.d_shift, a.d_scale,
-                                          a.workspace ? &norm_ws : nullptr, a.grad_h},
+                                          a.workspace ? &norm_ws : nullptr, a.grad_h,
+                                          one_pass_gate ? &*one_pass_gate : nullptr},
                                          device);
   if (!sequence) return in_terms_of(kBackwardOp, sequence.takeError());
-  if (gate_part) {
-    auto gated = plan_gate_residual_backward({a.d_residual, a.gate, a.index, a.y, a.d_y, a.d_gate, &gated_ws});
-    if (!gated) return in_terms_of(kBackwardOp, gated.takeError());
+  const bool gate_in_one_pass =
+      std::any_of(sequence->steps, sequence->steps + sequence->count,
+                  [](const LaunchPlan& step) { return step.spec.op == Op::GateResidualRmsNormOnePass; });
+  if (gate_part && !gate_in_one_pass) {
     if (sequence->count + gated->count > LaunchSequence::kMaxSteps)
       return make_error(ErrorCode::Internal, "gate_residual_rms_norm_backward: too many launches for one sequence");
     for (int k = 0; k < gated->count; ++k) sequence->steps[sequence->count++] = gated->steps[k];

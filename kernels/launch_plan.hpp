@@ -19,7 +19,7 @@ struct DeviceTraits {
 };
 
 struct LaunchPlan {
-  static constexpr int kMaxParams = 20;  // plus the error record the runtime appends
+  static constexpr int kMaxParams = 24;  // plus the error record the runtime appends
 
   KernelSpec spec;
   int device_id = 0;

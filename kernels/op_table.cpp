@@ -22,11 +22,12 @@ namespace {
 
 // Listed by family, the row carrying the family's help line first: `exactjit --help` shows them
 // in this order.
-const std::array<const OpRow*, 21> kRows = {
+const std::array<const OpRow*, 22> kRows = {
     &kGateResidualRow,        &kGateResidualBackwardRow,        &kAdalnRowGatherRow,   &kAdalnRowGatherBackwardRow,
     &kRmsNormRow,             &kRmsNormBackwardRow,             &kRmsNormTableGradRow, &kRmsNormWeightGradRow,
     &kRmsNormOnePassRow,
-    &kGateResidualRmsNormRow, &kGateResidualRmsNormBackwardRow, &kTimestepSinusoidRow, &kTimestepSinusoidBackwardRow,
+    &kGateResidualRmsNormRow, &kGateResidualRmsNormBackwardRow, &kGateResidualRmsNormOnePassRow,
+    &kTimestepSinusoidRow,    &kTimestepSinusoidBackwardRow,
     &kDetLinearRow,           &kDetLinearInputGradRow,          &kDetLinearInputFoldRow, &kDetLinearWeightGradRow,
     &kSegmentCountRow,        &kSegmentScanRow,                 &kSegmentScatterRow,   &kSegmentFoldRow,
 };

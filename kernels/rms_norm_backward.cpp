@@ -58,15 +58,24 @@ Regions regions(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, b
 namespace {
 // The one-pass kernel (templates/rms_norm_one_pass.cuh): 128 dot threads, element threads that own
 // two column quads each, one producer warp; kOnePassStages stages of three rows (x, grad,
-// residual_grad), then the weight row and the m row, in dynamic shared memory.
+// residual_grad; gated, y too), then the weight row, the m row (gated: the gate row and the gate's
+// sums), in dynamic shared memory.
 constexpr int kOnePassStages = 4;
 constexpr int64_t kOnePassMaxHidden = 6656;  // 128 + 832 + 32 threads: one block of at most 1024
+// sm_90's opt-in shared memory per block (227 KB) less the kernel's static arrays (3.2 KB).
+constexpr int64_t kOnePassMaxSharedBytes = 227 * 1024 - 4096;
 
-int one_pass_element_threads(int64_t hidden) { return static_cast<int>((hidden / 4 + 63) / 64 * 32); }
-int one_pass_block_threads(int64_t hidden) { return 128 + one_pass_element_threads(hidden) + 32; }
+bool one_pass_gated(const KernelSpec& spec) { return spec.op == Op::GateResidualRmsNormOnePass; }
 
-uint32_t one_pass_shared_bytes(const KernelSpec& spec) {
-  return static_cast<uint32_t>((kOnePassStages * 3 + 2) * spec.hidden * static_cast<int64_t>(dtype_size(spec.dtype)));
+int one_pass_element_threads(const KernelSpec& spec) { return static_cast<int>((spec.hidden / 4 + 63) / 64 * 32); }
+int one_pass_block_threads(const KernelSpec& spec) { return 128 + one_pass_element_threads(spec) + 32; }
+
+// Gated, the gate's tile sums follow in fp32: the block's 72 registers a thread hold the other sums
+// but not these (ptxas spills them).
+int64_t one_pass_shared_bytes(const KernelSpec& spec) {
+  const int64_t elem = static_cast<int64_t>(dtype_size(spec.dtype));
+  if (one_pass_gated(spec)) return ((kOnePassStages * 4 + 3) * elem + 4) * spec.hidden;
+  return (kOnePassStages * 3 + 2) * elem * spec.hidden;
 }
 
 RuleBreak one_pass_rule(const KernelSpec& spec) {
@@ -76,6 +85,10 @@ RuleBreak one_pass_rule(const KernelSpec& spec) {
   if (spec.hidden % 8 != 0 || spec.hidden > kOnePassMaxHidden)
     return {RuleSubject::Sizes, fmt::format("the one-pass backward needs H a multiple of 8 (16-byte rows) and <= {} "
                                             "(got {})", kOnePassMaxHidden, spec.hidden)};
+  if (one_pass_shared_bytes(spec) > kOnePassMaxSharedBytes)
+    return {RuleSubject::Sizes, fmt::format("the one-pass backward's rows take {} bytes of shared memory at H = {}, "
+                                            "over the {} a block may hold", one_pass_shared_bytes(spec), spec.hidden,
+                                            kOnePassMaxSharedBytes)};
   // Bulk copies exist on sm_100 too, but there ptxas spills this block's 72 registers a thread.
   if (spec.target.sm != 90)
     return {RuleSubject::Spec, fmt::format("the one-pass backward is built for sm_90 (bulk copies; the target is {})",
@@ -217,22 +230,37 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
   auto at_or_null = [&](const DLTensor* wanted, int64_t offset) { return wanted ? ws + offset : 0; };
   // dx and the tile partials in one pass where the device and the call allow it (same bits).
   // The cheap tests first: the rule formats its message when broken.
-  const KernelSpec one_pass = make_spec(Op::RmsNormOnePass, *dtype, IndexType::I64, hidden, 0, 4, a.weight != nullptr);
+  KernelSpec one_pass = make_spec(Op::RmsNormOnePass, *dtype, IndexType::I64, hidden, 0, 4, a.weight != nullptr);
+  auto builds_on_device = [&](KernelSpec spec) {
+    spec.target.sm = device.sm;  // the plan's spec leaves the target to the runtime
+    return !one_pass_rule(spec);
+  };
   const bool rows_by_bulk_copy = data_address(a.x) % 16 == 0 && data_address(a.grad) % 16 == 0 &&
                                  (!a.residual_grad || data_address(*a.residual_grad) % 16 == 0);
-  const bool in_one_pass = plan_sums && a.dx && rows_by_bulk_copy && one_pass_fills(r.layout.max_tiles, device) && [&] {
-    KernelSpec on_device = one_pass;  // the plan's spec leaves the target to the runtime
-    on_device.target.sm = device.sm;
-    return !one_pass_rule(on_device);
-  }();
+  const bool in_one_pass = plan_sums && a.dx && rows_by_bulk_copy && one_pass_fills(r.layout.max_tiles, device) &&
+                           builds_on_device(one_pass);
+  // The gate part: y by bulk copies, the gate row and d_y by quads, the gate's rows the plan's.
+  const OnePassGate* gate = a.gate_part;
+  const int64_t gate_stride = !gate || gate->gate.ndim != 2 ? 0
+                              : gate->gate.shape[0] == 1 ? hidden
+                                                         : stride_of(gate->gate, 0);
+  if (in_one_pass && gate && data_address(gate->y) % 16 == 0 && data_address(gate->gate) % (4 * elem) == 0 &&
+      gate_stride % 4 == 0 && data_address(gate->d_y) % (4 * elem) == 0 && gate->gate.shape[0] == table_rows) {
+    KernelSpec gated = one_pass;
+    gated.op = Op::GateResidualRmsNormOnePass;
+    if (builds_on_device(gated)) one_pass = gated;
+  }
   if (in_one_pass) {
     LaunchPlan& pass = sequence.add(one_pass, device_id, static_cast<uint32_t>(r.layout.max_tiles),
-                                    static_cast<uint32_t>(one_pass_block_threads(hidden)));
-    pass.shared_bytes = one_pass_shared_bytes(one_pass);
+                                    static_cast<uint32_t>(one_pass_block_threads(one_pass)));
+    pass.shared_bytes = static_cast<uint32_t>(one_pass_shared_bytes(one_pass));
+    const bool gated = one_pass_gated(one_pass);
     for (uint64_t v : {data_address(a.grad), a.residual_grad ? data_address(*a.residual_grad) : 0, data_address(a.x),
                        weight, scale, data_address(a.rstd), data_address(*a.dx), at_or_null(a.dshift, r.shift_partials),
                        at_or_null(a.dscale, r.scale_partials), at_or_null(a.dweight, r.weight_partials),
-                       static_cast<uint64_t>(table_stride)})
+                       gated ? data_address(gate->y) : 0, gated ? data_address(gate->gate) : 0,
+                       gated ? data_address(gate->d_y) : 0, gated ? gate->partials : 0,
+                       static_cast<uint64_t>(table_stride), static_cast<uint64_t>(gated ? gate_stride : 0)})
       pass.push(v);
     push_plan_params(pass, r.layout, ws);
   } else if (a.dx) {
@@ -277,6 +305,9 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
     if (a.dweight)
       add_fold_launch(sequence, &r.layout, ws, device_id, *dweight_dtype, ws + r.weight_partials, r.layout.max_tiles,
                       hidden, data_address(*a.dweight), /*whole_table=*/true);
+    if (one_pass_gated(one_pass))
+      add_fold_launch(sequence, &r.layout, ws, device_id, gate->d_gate_dtype, gate->partials, r.layout.max_tiles,
+                      hidden, data_address(gate->d_gate));
   } else if (a.dweight) {
     if (r.weight_tiles > INT_MAX) return invalid(arg("x"), "has too many rows");
     LaunchPlan& tiles = add_tiles(Op::RmsNormWeightGrad, r.weight_tiles,
@@ -370,20 +401,26 @@ std::vector<std::string_view> one_pass_templates(const KernelSpec&) {
 std::string one_pass_constants(const KernelSpec& spec) {
   return codegen::render_spec_constants(spec) +
          fmt::format("constexpr bool kWeighted = {weighted};\n"
+                     "constexpr bool kGated = {gated};  // gate_residual_rms_norm: the gate's gradients too\n"
                      "constexpr long long kTilePositions = {tile};\n"
                      "constexpr int kRowUnroll = {unroll};  // dweight's groups of rows (the table-grad tiles')\n"
                      "constexpr int kElementThreads = {elements};  // threads that own column quads\n"
                      "constexpr int kStages = {stages};  // rows in flight\n"
                      "constexpr int kTargetArch = {arch};\n",
-                     fmt::arg("weighted", spec.weighted ? "true" : "false"), fmt::arg("tile", kTilePositions),
+                     fmt::arg("weighted", spec.weighted ? "true" : "false"),
+                     fmt::arg("gated", one_pass_gated(spec) ? "true" : "false"), fmt::arg("tile", kTilePositions),
                      fmt::arg("unroll", kRmsNormTableGradRow.row_unroll),
-                     fmt::arg("elements", one_pass_element_threads(spec.hidden)), fmt::arg("stages", kOnePassStages),
+                     fmt::arg("elements", one_pass_element_threads(spec)), fmt::arg("stages", kOnePassStages),
                      fmt::arg("arch", spec.target.sm));
 }
-std::vector<KernelSpec> one_pass_family(const KernelSpec& sizes) {
+std::vector<KernelSpec> one_pass_family_of(OpCode op, const KernelSpec& sizes) {
   if (sizes.dtype != DType::BF16) return {};
-  return {make_spec(Op::RmsNormOnePass, sizes.dtype, IndexType::I64, sizes.hidden, 0, 4, true),
-          make_spec(Op::RmsNormOnePass, sizes.dtype, IndexType::I64, sizes.hidden, 0, 4, false)};
+  return {make_spec(op, sizes.dtype, IndexType::I64, sizes.hidden, 0, 4, true),
+          make_spec(op, sizes.dtype, IndexType::I64, sizes.hidden, 0, 4, false)};
+}
+std::vector<KernelSpec> one_pass_family(const KernelSpec& sizes) { return one_pass_family_of(Op::RmsNormOnePass, sizes); }
+std::vector<KernelSpec> gated_one_pass_family(const KernelSpec& sizes) {
+  return one_pass_family_of(Op::GateResidualRmsNormOnePass, sizes);
 }
 }  // namespace
 
@@ -393,6 +430,12 @@ const OpRow kRmsNormOnePassRow = {
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     one_pass_templates, one_pass_constants, one_pass_rule, one_pass_family, [](DType dtype) { return h3_strides(Op::RmsNormOnePass, dtype, {0}); }};
+// The same kernel forming gate_residual_rms_norm's gate gradients as well (kGated).
+const OpRow kGateResidualRmsNormOnePassRow = {
+    Op::GateResidualRmsNormOnePass, "gate_residual_rms_norm_one_pass", OpRole::Backward, "gate_residual_rms_norm",
+    SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
+    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
+    one_pass_templates, one_pass_constants, one_pass_rule, gated_one_pass_family, [](DType dtype) { return h3_strides(Op::GateResidualRmsNormOnePass, dtype, {0}); }};
 
 }  // namespace exactjit
 

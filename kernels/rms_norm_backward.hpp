@@ -18,7 +18,20 @@ inline constexpr OpCode RmsNormBackward{8};
 inline constexpr OpCode RmsNormTableGrad{9};
 inline constexpr OpCode RmsNormWeightGrad{10};
 inline constexpr OpCode RmsNormOnePass{21};
+inline constexpr OpCode GateResidualRmsNormOnePass{22};
 }  // namespace Op
+
+/// gate_residual_rms_norm's gate gradients, formed by the one-pass kernel from its dx (d_residual)
+/// where that kernel runs: d_y and the gate's tile partials, then their fold into d_gate. The
+/// tensors are the ones gate_residual_backward's planner validated; the gate has the scale's rows.
+struct OnePassGate {
+  const DLTensor& y;
+  const DLTensor& gate;
+  const DLTensor& d_y;
+  const DLTensor& d_gate;
+  DType d_gate_dtype;
+  uint64_t partials;  ///< the gate's tile partials: the plan's max_tiles x H floats
+};
 
 struct RmsNormBackwardArgs {
   const DLTensor& grad;       ///< like x
@@ -36,6 +49,8 @@ struct RmsNormBackwardArgs {
   /// Like x, or null: added to dx (gate_residual_rms_norm's backward, where x is the residual
   /// stream h that also flows on; its planner turns the dx kernel into its own).
   const DLTensor* residual_grad = nullptr;
+  /// gate_residual_rms_norm's gate part, for the one-pass kernel to form too, or null.
+  const OnePassGate* gate_part = nullptr;
 };
 
 /// Workspace bytes (table_rows 0 = plain; -1: invalid shapes).
@@ -44,6 +59,8 @@ int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_row
 /// `device`: on sm_90 (bulk copies) with enough plan tiles to fill it, the modulated
 /// bf16 backward runs in one pass (rms_norm_one_pass.cuh: dx and the tile partials from one
 /// read of x and grad) instead of the dx kernel and the parameter tiles; the bits are the same.
+/// Given a gate part, that kernel (then gate_residual_rms_norm_one_pass) forms it as well and the
+/// sequence ends with its fold; the caller sees which from the sequence's ops.
 llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs& args, const DeviceTraits& device = {});
 
 /// The dx kernel's templates and constants; with residual_grad it adds the residual stream's
@@ -52,10 +69,12 @@ std::vector<std::string_view> rms_norm_dx_templates(const KernelSpec& spec);
 std::string rms_norm_dx_constants(const KernelSpec& spec, bool residual_grad);
 
 /// The rows of rms_norm's backward kernels: dx, the table gradients, the weight gradient, and the
-/// one-pass kernel that forms dx and the table gradients' partials together.
+/// one-pass kernel that forms dx and the table gradients' partials together, and its gated form
+/// (gate_residual_rms_norm's backward, with the gate's gradients).
 extern const OpRow kRmsNormBackwardRow;
 extern const OpRow kRmsNormTableGradRow;
 extern const OpRow kRmsNormWeightGradRow;
 extern const OpRow kRmsNormOnePassRow;
+extern const OpRow kGateResidualRmsNormOnePassRow;
 
 }  // namespace exactjit

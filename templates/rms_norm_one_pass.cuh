@@ -12,7 +12,13 @@
 // coef), empty (every other warp is done with it; the producer then refills it kStages rows
 // ahead). Nothing but the ring holds the dot threads back, so they run ahead of the element
 // threads, which read each element once for its partials and its dx.
-// Dynamic shared memory: the stages (3 rows each), then the weight row and m = rT(add(1, scale[k])).
+// Gated (gate_residual_rms_norm's backward, kGated): dx is d_residual, and the element threads also
+// form gate_residual's backward from it, with that kernel's bits (gate_residual_backward.cuh):
+// d_y = rT(mul(d_residual, gate[k])) and the tile's gate partials, sum of d_residual * y in list
+// order. Each stage then holds a fourth row, y. The gate's sums live in shared memory, each
+// thread's own columns: in registers they would spill (72 a thread for 26 warps).
+// Dynamic shared memory: the stages (3 rows each, 4 gated), then the weight row, m = rT(add(1,
+// scale[k])) and, gated, the gate row and the gate's sums (fp32).
 namespace rms_norm_one_pass {
 
 typedef xj::StorageOf<spec::kDType>::type T;
@@ -28,12 +34,14 @@ constexpr int kProducer = kDotThreads + kElementThreads;  // the last warp issue
 constexpr int kThreads = kProducer + 32;
 constexpr int kWarps = kThreads / 32;
 constexpr int kStages = spec::kStages;
+constexpr bool kGated = spec::kGated;
 constexpr unsigned kRowBytes = spec::kHidden * sizeof(T);
-constexpr unsigned kStageBytes = 3 * kRowBytes;
+constexpr unsigned kStageBytes = (kGated ? 4 : 3) * kRowBytes;
 
 static_assert(sizeof(T) == 2, "the one-pass backward is for bf16 rows");
 static_assert(kRowBytes % 16 == 0, "bulk copies move 16-byte multiples");
 static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, one block");
+static_assert(sizeof(Sum) == sizeof(float), "the gate's sums are plain fp32 sums, kept in shared memory");
 
 __device__ __forceinline__ void load_shared_quad(Quad& q, const T* p) { q = *reinterpret_cast<const Quad*>(p); }
 
@@ -44,7 +52,10 @@ XJ_ENTRY(const rms_norm_one_pass::T* __restrict__ grad, const rms_norm_one_pass:
          const rms_norm_one_pass::T* __restrict__ x, const rms_norm_one_pass::T* __restrict__ weight,
          const rms_norm_one_pass::T* __restrict__ scale, const float* __restrict__ rstd,
          rms_norm_one_pass::T* __restrict__ dx, float* __restrict__ first_partials, float* __restrict__ second_partials,
-         float* __restrict__ third_partials, long long scale_stride, XJ_SEGMENT_PLAN_PARAMS, xj::ErrorRecord* errors) {
+         float* __restrict__ third_partials, const rms_norm_one_pass::T* __restrict__ y,
+         const rms_norm_one_pass::T* __restrict__ gate, rms_norm_one_pass::T* __restrict__ d_y,
+         float* __restrict__ gate_partials, long long scale_stride, long long gate_stride, XJ_SEGMENT_PLAN_PARAMS,
+         xj::ErrorRecord* errors) {
   using namespace rms_norm_one_pass;
   extern __shared__ uint4 shared[];
   __shared__ long long tile_rows[spec::kTilePositions];
@@ -58,8 +69,12 @@ XJ_ENTRY(const rms_norm_one_pass::T* __restrict__ grad, const rms_norm_one_pass:
   if (!xj::segment_tile(plan, blockIdx.x, tile)) return;
   xj::stage_segment_rows(plan, tile, tile_rows, rstd, tile_rstd);
   char* const stages = reinterpret_cast<char*>(shared);
+  // Row k of stage s: x, grad, residual_grad, y.
+  auto stage_row = [stages](int s, int k) { return reinterpret_cast<T*>(stages + s * kStageBytes + k * kRowBytes); };
   T* const weight_row = reinterpret_cast<T*>(stages + kStages * kStageBytes);
   T* const m_row = weight_row + spec::kHidden;
+  T* const gate_row = m_row + spec::kHidden;
+  float* const gate_sums = reinterpret_cast<float*>(gate_row + spec::kHidden);
   for (int q = threadIdx.x; q < kQuads; q += kThreads) {
     Quad sq, mq;
     xj::load_quad(sq, scale + (long long)tile.row * scale_stride + 4 * q);
@@ -70,6 +85,12 @@ XJ_ENTRY(const rms_norm_one_pass::T* __restrict__ grad, const rms_norm_one_pass:
       Quad wq;
       xj::load_quad(wq, weight + 4 * q);
       *reinterpret_cast<Quad*>(weight_row + 4 * q) = wq;
+    }
+    if (kGated) {
+      Quad gq;
+      xj::load_quad(gq, gate + (long long)tile.row * gate_stride + 4 * q);
+      *reinterpret_cast<Quad*>(gate_row + 4 * q) = gq;
+      *reinterpret_cast<float4*>(gate_sums + 4 * q) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
   }
   if (threadIdx.x == 0) {
@@ -94,11 +115,12 @@ XJ_ENTRY(const rms_norm_one_pass::T* __restrict__ grad, const rms_norm_one_pass:
         const xj::u32 barrier = xj::shared_address(&full[s]);
         const xj::u32 stage = xj::shared_address(stages + s * kStageBytes);
         const long long row = tile_rows[u];
-        xj::expect_bytes(barrier, (residual_grad ? 3 : 2) * kRowBytes);
+        xj::expect_bytes(barrier, ((residual_grad ? 3 : 2) + (kGated ? 1 : 0)) * kRowBytes);
         xj::bulk_copy(stage, x + row * spec::kHidden, kRowBytes, barrier);
         xj::bulk_copy(stage + kRowBytes, grad + row * spec::kHidden, kRowBytes, barrier);
         if (residual_grad)
           xj::bulk_copy(stage + 2 * kRowBytes, residual_grad + row * spec::kHidden, kRowBytes, barrier);
+        if (kGated) xj::bulk_copy(stage + 3 * kRowBytes, y + row * spec::kHidden, kRowBytes, barrier);
       }
     }
     return;
@@ -166,7 +188,7 @@ XJ_ENTRY(const rms_norm_one_pass::T* __restrict__ grad, const rms_norm_one_pass:
     const T* grad_row = x_row + spec::kHidden;
     const T* residual_row = grad_row + spec::kHidden;
     const float r = tile_rstd[u], coef = coefs[s];
-    T* dx_row = dx + tile_rows[u] * spec::kHidden;
+    const long long row_at = tile_rows[u] * spec::kHidden;
 #pragma unroll
     for (int c = 0; c < kElementQuads; ++c) {
       const int q = e_t + c * kElementThreads;
@@ -199,7 +221,39 @@ XJ_ENTRY(const rms_norm_one_pass::T* __restrict__ grad, const rms_norm_one_pass:
           for (int e = 0; e < 4; ++e) dxf[e] = xj::add(dxf[e], rf[e]);
           xj::round_quad(dxf, out);
         }
-        xj::store_quad(dx_row + 4 * q, out);
+        xj::store_quad(dx + row_at + 4 * q, out);
+        // Gated: d_residual waits in the grad row's own columns (the dot threads are done with the
+        // row) for the loop below, so the gate's work does not add to this loop's registers.
+        if (kGated) *reinterpret_cast<Quad*>(stage_row(s, 1) + 4 * q) = out;
+      }
+    }
+    if (kGated) {
+#pragma unroll 1
+      for (int c = 0; c < kElementQuads; ++c) {
+        const int q = e_t + c * kElementThreads;
+        if (q < kQuads) {
+          Quad dq, yq, gate_q, dyq;
+          float df[4], yf[4], gatef[4], dyf[4];
+          load_shared_quad(dq, stage_row(s, 1) + 4 * q);
+          load_shared_quad(yq, stage_row(s, 3) + 4 * q);
+          load_shared_quad(gate_q, gate_row + 4 * q);
+          float4 sums = *reinterpret_cast<const float4*>(gate_sums + 4 * q);
+          xj::unpack_quad(dq, df);
+          xj::unpack_quad(yq, yf);
+          xj::unpack_quad(gate_q, gatef);
+          float* const sum = &sums.x;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            Sum partial;
+            partial.sum = sum[e];
+            partial.add_product(df[e], yf[e]);
+            sum[e] = partial.value();
+            dyf[e] = xj::mul(df[e], gatef[e]);
+          }
+          *reinterpret_cast<float4*>(gate_sums + 4 * q) = sums;
+          xj::round_quad(dyf, dyq);
+          xj::store_quad(d_y + row_at + 4 * q, dyq);
+        }
       }
     }
     if (thirds && ((u + 1) % spec::kRowUnroll == 0 || u + 1 == rows)) {
@@ -224,6 +278,7 @@ XJ_ENTRY(const rms_norm_one_pass::T* __restrict__ grad, const rms_norm_one_pass:
       if (first_partials) first_partials[at + e] = first[c][e].value();
       if (second_partials) second_partials[at + e] = second[c][e].value();
       if (thirds) third_partials[at + e] = third[c][e].value();
+      if (kGated) gate_partials[at + e] = gate_sums[4 * q + e];
     }
   }
 }

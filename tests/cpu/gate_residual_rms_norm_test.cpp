@@ -3,6 +3,7 @@
 // the fused call has, and the backward's sequence (rms_norm's with the residual gradient added,
 // then gate_residual's on d_residual, in one split workspace). Fake device addresses suffice.
 #include "codegen/render.hpp"
+#include "kernels/catalog.hpp"
 #include "kernels/gate_residual_backward.hpp"
 #include "kernels/gate_residual_rms_norm.hpp"
 #include "kernels/rms_norm_backward.hpp"
@@ -14,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <vector>
 
 namespace exactjit {
 namespace {
@@ -156,12 +158,22 @@ struct BackwardCall {
   FakeTensor workspace{16 * GiB, {gate_residual_rms_norm_backward_workspace(14, 7, 9, H, true, true)}, kU8};
   bool with_grad_h = true;
 
-  llvm::Expected<LaunchSequence> plan() {
+  bool with_d_gate = true;
+
+  llvm::Expected<LaunchSequence> plan(const DeviceTraits& device = {}) {
     return plan_gate_residual_rms_norm_backward({grad_out.t, with_grad_h ? &grad_h.t : nullptr, h.t, y.t, gate.t,
                                                  index.t, &weight.t, &scale.t, rstd.t, 1e-6, d_residual.t, &d_y.t,
-                                                 &d_gate.t, &d_weight.t, &d_shift.t, &d_scale.t, &workspace.t});
+                                                 with_d_gate ? &d_gate.t : nullptr, &d_weight.t, &d_shift.t,
+                                                 &d_scale.t, &workspace.t},
+                                                device);
   }
 };
+
+std::vector<OpCode> ops_of(const LaunchSequence& sequence) {
+  std::vector<OpCode> ops;
+  for (int k = 0; k < sequence.count; ++k) ops.push_back(sequence.steps[k].spec.op);
+  return ops;
+}
 
 TEST(GateResidualRmsNormBackwardValidation, AddsTheResidualGradientThenRunsBothParts) {
   // The workspace is rms_norm's backward's, then gate_residual's at a 256-byte boundary.
@@ -204,6 +216,70 @@ TEST(GateResidualRmsNormBackwardValidation, AddsTheResidualGradientThenRunsBothP
   EXPECT_EQ(plain->steps[3].params[1], 0u);
 }
 
+// Where rms_norm's one-pass kernel runs (sm_90, enough plan tiles), it forms gate_residual's part
+// too: d_y and the gate's tile partials, written where gate_residual's tiles would write them and
+// folded over rms_norm's plan. One plan and one pass instead of two of each.
+TEST(GateResidualRmsNormBackwardValidation, TheOnePassKernelFormsTheGatePartToo) {
+  const DeviceTraits hopper{90, 1};
+  BackwardCall call;
+  auto sequence = call.plan(hopper);
+  ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
+  const std::vector<OpCode> gated = {Op::SegmentCount, Op::SegmentScan, Op::SegmentScatter,
+                                     Op::GateResidualRmsNormOnePass, Op::SegmentFold, Op::SegmentFold,
+                                     Op::SegmentFold, Op::SegmentFold};
+  ASSERT_EQ(ops_of(*sequence), gated);
+  const LaunchPlan& pass = sequence->steps[3];
+  const SegmentLayout layout = segment_layout(14, 7, 9);
+  const uint64_t second = 16 * GiB + static_cast<uint64_t>((rms_norm_backward_workspace(14, 7, 9, H, true) + 255) / 256 * 256);
+  const uint64_t gate_partials = second + static_cast<uint64_t>(layout.end);
+  EXPECT_EQ(pass.grid, static_cast<uint32_t>(layout.max_tiles));
+  EXPECT_EQ(pass.threads, 128u + 672u + 32u);
+  EXPECT_EQ(pass.shared_bytes, (4u * 4 + 3) * H * 2 + H * 4);  // 4 stages of 4 rows, 3 rows, the gate's sums
+  EXPECT_EQ(pass.params[1], 2 * GiB);   // grad_h
+  EXPECT_EQ(pass.params[6], 9 * GiB);   // d_residual
+  EXPECT_EQ(pass.params[10], 4 * GiB);  // y
+  EXPECT_EQ(pass.params[11], 5 * GiB + 2 * H * 2);  // the gate view
+  EXPECT_EQ(pass.params[12], 10 * GiB);             // d_y
+  EXPECT_EQ(pass.params[13], gate_partials);
+  EXPECT_EQ(pass.params[14], static_cast<uint64_t>(6 * H));  // the scale rows' stride
+  EXPECT_EQ(pass.params[15], static_cast<uint64_t>(6 * H));  // the gate rows' stride
+  KernelSpec on_hopper = pass.spec;
+  on_hopper.target = Target{90, false};
+  EXPECT_EQ(llvm::toString(validate_spec(on_hopper)), "");
+  // The last fold takes the gate's partials into d_gate, over the plan in rms_norm's region.
+  const LaunchPlan& fold = sequence->steps[7];
+  bool reads_partials = false, writes_d_gate = false;
+  for (int k = 0; k < fold.param_count; ++k) {
+    reads_partials |= fold.params[k] == gate_partials;
+    writes_d_gate |= fold.params[k] == 11 * GiB;
+  }
+  EXPECT_TRUE(reads_partials && writes_d_gate);
+  EXPECT_EQ(sequence->steps[0].params[kSegmentCountReportCode], 20u);
+
+  // Without d_gate, or with y on 8 bytes only (no bulk copy), or d_y on 4 (not a quad), the
+  // one-pass kernel leaves the gate part to gate_residual's own plan and tiles.
+  const std::vector<OpCode> apart = {Op::SegmentCount, Op::SegmentScan,    Op::SegmentScatter, Op::RmsNormOnePass,
+                                     Op::SegmentFold,  Op::SegmentFold,    Op::SegmentFold,    Op::SegmentCount,
+                                     Op::SegmentScan,  Op::SegmentScatter, Op::GateResidualBackward};
+  BackwardCall no_d_gate;
+  no_d_gate.with_d_gate = false;
+  auto without = no_d_gate.plan(hopper);
+  ASSERT_TRUE(static_cast<bool>(without)) << llvm::toString(without.takeError());
+  EXPECT_EQ(ops_of(*without), apart);
+  BackwardCall unaligned_y;
+  unaligned_y.y.t.byte_offset = 8;
+  std::vector<OpCode> apart_and_folded = apart;
+  apart_and_folded.push_back(Op::SegmentFold);
+  auto unaligned = unaligned_y.plan(hopper);
+  ASSERT_TRUE(static_cast<bool>(unaligned)) << llvm::toString(unaligned.takeError());
+  EXPECT_EQ(ops_of(*unaligned), apart_and_folded);
+  BackwardCall d_y_on_4_bytes;
+  d_y_on_4_bytes.d_y.t.byte_offset = 4;
+  auto on_4_bytes = d_y_on_4_bytes.plan(hopper);
+  ASSERT_TRUE(static_cast<bool>(on_4_bytes)) << llvm::toString(on_4_bytes.takeError());
+  EXPECT_EQ(ops_of(*on_4_bytes), apart_and_folded);
+}
+
 TEST(GateResidualRmsNormBackwardValidation, RefusesInItsOwnTerms) {
   {
     BackwardCall call;
@@ -231,6 +307,13 @@ TEST(GateResidualRmsNormBackwardValidation, RefusesInItsOwnTerms) {
     call.grad_out.t.device = {kDLCPU, 0};
     call.workspace.t.byte_offset = 3;
     EXPECT_EQ(message_of(call.plan()).rfind("gate_residual_rms_norm_backward: grad_out", 0), 0u);
+  }
+  {
+    BackwardCall call;  // the forward gathers shift and scale with the gate's rows
+    call.gate.shape[0] = 8;
+    call.d_gate.shape[0] = 8;
+    const std::string m = message_of(call.plan());
+    EXPECT_EQ(m, "gate_residual_rms_norm_backward: scale must have the gate's 8 rows, as in the forward (got 9)") << m;
   }
   {
     BackwardCall call;

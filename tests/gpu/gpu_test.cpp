@@ -494,8 +494,10 @@ TEST_F(Gpu, GateResidualRmsNormEqualsItsTwoOpsBitwise) {
              modulated ? &t_dshift[0] : nullptr, modulated ? &t_dscale[0] : nullptr, &workspace},
             one_tile_fills);
         ASSERT_TRUE(static_cast<bool>(fused_backward)) << llvm::toString(fused_backward.takeError());
+        // It asks for d_y and d_gate, so the one-pass kernel takes the gate part too.
         bool one_pass = false;
-        for (int k = 0; k < fused_backward->count; ++k) one_pass |= fused_backward->steps[k].spec.op == Op::RmsNormOnePass;
+        for (int k = 0; k < fused_backward->count; ++k)
+          one_pass |= fused_backward->steps[k].spec.op == Op::GateResidualRmsNormOnePass;
         EXPECT_EQ(one_pass, modulated && dtype == DType::BF16 && hidden % 8 == 0 && one_tile_fills.sm == 90)
             << name;
         status = runtime().launch(std::move(fused_backward), nullptr);

@@ -37,6 +37,7 @@ def cases(xj, s, h, dtype, gen):
     weight = (1 + 0.1 * torch.randn((h,), generator=gen, device="cuda")).to(dtype)
     index = torch.randint(0, 3 * T, (s,), generator=gen, device="cuda", dtype=torch.int64)
     grad = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype)
+    grad_h = torch.randn((s, h), generator=gen, device="cuda", dtype=dtype)
 
     def rms(with_weight, modulated):
         def step():
@@ -59,6 +60,7 @@ def cases(xj, s, h, dtype, gen):
 
     def fused():
         # The block's case: h flows on (its gradient given) and feeds the modulated, weighted norm.
+        # grad_h is a tensor of its own: were it y, a kernel reading both would find half in L2.
         residual = x.detach().requires_grad_()
         yr = y.detach().requires_grad_()
         tr = table.detach().requires_grad_()
@@ -66,7 +68,7 @@ def cases(xj, s, h, dtype, gen):
         rows = tr.view(3 * T, 6 * h)
         h_out, out = xj.gate_residual_rms_norm(residual, rows[:, 2 * h:3 * h], index, yr, wr, EPS,
                                                shift=rows[:, 3 * h:4 * h], scale=rows[:, 4 * h:5 * h])
-        return torch.autograd.grad((out, h_out), (residual, yr, tr, wr), (grad, y))
+        return torch.autograd.grad((out, h_out), (residual, yr, tr, wr), (grad, grad_h))
 
     return {"rms_norm+mod+w": rms(True, True), "rms_norm+mod": rms(False, True), "rms_norm+w": rms(True, False),
             "gate_residual": gate, "gate_residual+rms_norm+mod+w": fused}

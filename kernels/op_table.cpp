@@ -11,6 +11,7 @@
 #include "kernels/gate_residual_rms_norm.hpp"
 #include "kernels/rms_norm.hpp"
 #include "kernels/rms_norm_backward.hpp"
+#include "kernels/segment_fold.hpp"
 #include "kernels/segment_plan.hpp"
 #include "kernels/timestep_sinusoid.hpp"
 

@@ -123,7 +123,6 @@ namespace {
 std::vector<std::string_view> count_templates(const KernelSpec&) { return {"segment_count.cuh"}; }
 std::vector<std::string_view> scan_templates(const KernelSpec&) { return {"segment_scan.cuh"}; }
 std::vector<std::string_view> scatter_templates(const KernelSpec&) { return {"segment_scatter.cuh"}; }
-std::vector<std::string_view> fold_templates(const KernelSpec&) { return {"fixed_order_sum.cuh", "segment_fold.cuh"}; }
 RuleBreak count_rule(const KernelSpec& spec) {
   if (spec.key_tensors == 1 || spec.key_tensors == 2) return {};
   return {RuleSubject::Sizes,
@@ -144,22 +143,13 @@ std::vector<KernelSpec> scan_family(const KernelSpec&) {
 std::vector<KernelSpec> scatter_family(const KernelSpec&) {
   return {make_plan_spec(Op::SegmentScatter, DType::F32, IndexType::I64)};
 }
-// The fold writes the output's dtype.
-std::vector<KernelSpec> fold_family(const KernelSpec& sizes) {
-  return {make_plan_spec(Op::SegmentFold, sizes.dtype, IndexType::I64)};
-}
-// The plan kernels are dtype-free (listed once, under fp32); the fold writes every dtype.
+// The plan kernels are dtype-free (listed once, under fp32).
 std::vector<KernelSpec> fp32_only(std::vector<KernelSpec> (*family)(const KernelSpec&), DType dtype) {
   return dtype == DType::F32 ? family(KernelSpec{}) : std::vector<KernelSpec>{};
 }
 std::vector<KernelSpec> count_catalog(DType dtype) { return fp32_only(count_family, dtype); }
 std::vector<KernelSpec> scan_catalog(DType dtype) { return fp32_only(scan_family, dtype); }
 std::vector<KernelSpec> scatter_catalog(DType dtype) { return fp32_only(scatter_family, dtype); }
-std::vector<KernelSpec> fold_catalog(DType dtype) {
-  KernelSpec sizes;
-  sizes.dtype = dtype;
-  return fold_family(sizes);
-}
 }  // namespace
 
 const OpRow kSegmentCountRow = {
@@ -179,10 +169,5 @@ const OpRow kSegmentScatterRow = {
     SpecShape::Plan, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
     scatter_templates, render_backward_constants, no_rule, scatter_family, scatter_catalog};
-const OpRow kSegmentFoldRow = {
-    Op::SegmentFold, "segment_fold", OpRole::Plan, "segment_plan",
-    SpecShape::Plan, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/256, /*row_unroll=*/1,
-    {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    fold_templates, render_backward_constants, no_rule, fold_family, fold_catalog};
 
 }  // namespace exactjit

@@ -63,11 +63,10 @@ void add_fold_launch(LaunchSequence& sequence, const SegmentLayout* layout, uint
                      DType dtype, uint64_t partials, int64_t tiles, int64_t width, uint64_t out,
                      bool whole_table = false);
 
-/// The rows of the segment plan's kernels and of the fold.
+/// The rows of the segment plan's kernels (the fold's: kernels/segment_fold.hpp).
 extern const OpRow kSegmentCountRow;
 extern const OpRow kSegmentScanRow;
 extern const OpRow kSegmentScatterRow;
-extern const OpRow kSegmentFoldRow;
 /// The constant block the backward, segment-plan and fold kernels share (each template reads
 /// the constants it needs).
 std::string render_backward_constants(const KernelSpec& spec);

@@ -1,6 +1,7 @@
 // exactjit sequence-parallel segment sums (see sequence_parallel_plan.hpp).
 #include "kernels/sequence_parallel_plan.hpp"
 
+#include "api/c_entry.hpp"
 #include "runtime/errors.hpp"
 
 #include <fmt/format.h>
@@ -101,3 +102,51 @@ llvm::Expected<SequenceParallelPlan> sequence_parallel_plan(const std::vector<in
 }
 
 }  // namespace exactjit
+
+namespace {
+// Copies `from` into a caller's array, when the caller gave one.
+void copy_out(const std::vector<int64_t>& from, long long* to) {
+  if (to) std::copy(from.begin(), from.end(), to);
+}
+}  // namespace
+
+extern "C" exactjit_status_t xj_sequence_parallel_plan(const long long* keys, long long seq, long long table_rows,
+                                                       long long batch, const long long* shard_start,
+                                                       long long ranks, long long rank,
+                                                       xj_sequence_parallel_sizes* sizes, long long* tile_start,
+                                                       long long* rows, long long* receive_counts,
+                                                       long long* send_counts, long long* send_rows,
+                                                       long long* gathered_slot) {
+  using exactjit::c_abi::fail;
+  constexpr const char* kName = "sequence_parallel_plan";
+  if (!keys || !shard_start || !sizes)
+    return fail(XJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("{}: {} must not be NULL", kName, !keys ? "keys" : !shard_start ? "shard_start" : "sizes"));
+  if (seq < 1 || ranks < 1 || rank < 0 || rank >= ranks)
+    return fail(XJ_ERROR_INVALID_ARGUMENT,
+                fmt::format("{}: needs seq >= 1, ranks >= 1 and 0 <= rank < ranks (got seq = {}, ranks = {}, rank = {})",
+                            kName, seq, ranks, rank));
+  auto plan = exactjit::sequence_parallel_plan(std::vector<int64_t>(keys, keys + seq), table_rows, batch,
+                                               std::vector<int64_t>(shard_start, shard_start + ranks + 1));
+  if (!plan) {
+    exactjit::ErrorReport report = exactjit::take_error(plan.takeError());
+    return fail(static_cast<exactjit_status_t>(report.code), std::move(report.message));
+  }
+  const exactjit::RankTiles& mine = plan->ranks[static_cast<size_t>(rank)];
+  std::vector<int64_t> counts, sent;
+  for (const std::vector<int64_t>& to : mine.send) {
+    counts.push_back(static_cast<int64_t>(to.size()));
+    sent.insert(sent.end(), to.begin(), to.end());
+  }
+  *sizes = {static_cast<long long>(plan->gathered_slot.size()), plan->max_tiles,
+            static_cast<long long>(mine.tiles.size()), static_cast<long long>(mine.rows.size()),
+            mine.local_rows, static_cast<long long>(sent.size())};
+  copy_out(mine.tile_start, tile_start);
+  copy_out(mine.rows, rows);
+  copy_out(mine.receive_counts, receive_counts);
+  copy_out(counts, send_counts);
+  copy_out(sent, send_rows);
+  copy_out(plan->gathered_slot, gathered_slot);
+  exactjit::c_abi::last_error.clear();
+  return XJ_OK;
+}

@@ -195,6 +195,46 @@ XJ_API exactjit_status_t xj_adaln_row_gather_backward(xj_runtime* runtime, const
                                                       const DLTensor* token_tags, const DLTensor* d_rows,
                                                       const DLTensor* workspace, void* stream);
 
+/* Sequence parallelism (docs/sequence-parallel.md): a segment sum split over ranks gives the
+ * single-GPU bits when each tile's partial is computed whole on one rank and the partials are
+ * folded in the single-GPU order. segment_fold is that fold: partials (P, W) float32 contiguous,
+ * tile t's in row t of the single-GPU plan of index (S,) over rows = M = B * S rows (P >=
+ * xj_segment_fold_tiles, the plan's bound; rows past its tiles are not read) -> out (R, W)
+ * contiguous, float32/bf16/fp16: each table row's tiles added in order, compensated, rounded once,
+ * as the op's own backward would. The workspace holds the plan (xj_segment_fold_workspace_bytes). */
+XJ_API long long xj_segment_fold_tiles(long long rows, long long seq, long long table_rows);
+XJ_API long long xj_segment_fold_workspace_bytes(long long rows, long long seq, long long table_rows);
+XJ_API exactjit_status_t xj_segment_fold(xj_runtime* runtime, const DLTensor* partials, const DLTensor* index,
+                                         long long rows, const DLTensor* out, const DLTensor* workspace,
+                                         void* stream);
+
+/* One rank's share of a sequence-parallel segment sum, from the replicated keys (S,) (table rows
+ * in [0, table_rows), or -1: in no sum), batch copies B and the shard bounds shard_start (ranks + 1,)
+ * = 0 <= ... <= S (rank r holds positions [shard_start[r], shard_start[r + 1]) of every batch copy:
+ * local rows b * S_r + s - shard_start[r]). Host only. Fills `sizes`, then each array that is not
+ * NULL (call once with NULL arrays for the sizes):
+ *   tile_start (rank_tiles + 1): offsets of this rank's tiles in `rows`;
+ *   rows (rank_rows): its tiles' rows in summation order, as ids into its extended buffer (its
+ *     local_rows rows, then the received rows grouped by source rank, as an all-to-all lays them);
+ *   receive_counts (ranks), send_counts (ranks): rows it receives from / sends to each rank;
+ *   send_rows (sent_rows): the local rows it sends, grouped by receiver, in the receiver's order;
+ *   gathered_slot (tiles): where each single-GPU tile's partial lies after an all-gather of every
+ *     rank's partials, each padded to max_tiles rows. */
+typedef struct {
+  long long tiles;       /* tiles of the single-GPU plan */
+  long long max_tiles;   /* the most tiles one rank computes: the gather's stride */
+  long long rank_tiles;  /* tiles this rank computes */
+  long long rank_rows;   /* rows of those tiles */
+  long long local_rows;  /* rows this rank holds: B * S_r */
+  long long sent_rows;   /* rows it sends to the other ranks */
+} xj_sequence_parallel_sizes;
+XJ_API exactjit_status_t xj_sequence_parallel_plan(const long long* keys, long long seq, long long table_rows,
+                                                   long long batch, const long long* shard_start, long long ranks,
+                                                   long long rank, xj_sequence_parallel_sizes* sizes,
+                                                   long long* tile_start, long long* rows,
+                                                   long long* receive_counts, long long* send_counts,
+                                                   long long* send_rows, long long* gathered_slot);
+
 /* d_t (T,) float32 = sum over the C channels of grad (T, C) float32 times d out / d t, in a fixed
  * order; the other arguments are the forward's. */
 XJ_API exactjit_status_t xj_timestep_sinusoid_backward(xj_runtime* runtime, const DLTensor* t,

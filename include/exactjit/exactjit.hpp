@@ -148,6 +148,12 @@ class Runtime {
     check(xj_adaln_row_gather_backward(handle_, &grad, &timestep_indices, &token_tags, &d_rows, workspace, stream));
   }
 
+  /// The fold of given tile partials over index's plan (exactjit.h: xj_segment_fold).
+  void segment_fold(const DLTensor& partials, const DLTensor& index, long long rows, const DLTensor& out,
+                    const DLTensor* workspace, void* stream = nullptr) {
+    check(xj_segment_fold(handle_, &partials, &index, rows, &out, workspace, stream));
+  }
+
   void timestep_sinusoid_backward(const DLTensor& t, const DLTensor& grad, const DLTensor& d_t,
                                   double max_period = 10000, bool flip_sin_to_cos = true,
                                   double downscale_freq_shift = 0, double scale = 1, void* stream = nullptr) {

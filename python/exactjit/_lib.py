@@ -43,6 +43,13 @@ class RuntimeOptions(ctypes.Structure):
     ]
 
 
+class SequenceParallelSizes(ctypes.Structure):
+    """xj_sequence_parallel_sizes: one rank's share of a sequence-parallel segment sum."""
+
+    _fields_ = [(name, ctypes.c_longlong)
+                for name in ("tiles", "max_tiles", "rank_tiles", "rank_rows", "local_rows", "sent_rows")]
+
+
 def _load():
     override = os.environ.get(ENV_LIBRARY)
     if override:
@@ -76,6 +83,7 @@ def _load():
 c_int, c_void_p, c_char_p, c_double, c_longlong = (ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p,
                                                   ctypes.c_double, ctypes.c_longlong)
 _tensor = c_void_p  # const DLTensor*: addresses from _dlpack.pack(); NULL (None) where optional
+_longs = ctypes.POINTER(c_longlong)  # a host array of long long
 
 # Every entry point of include/exactjit/exactjit.h with its C signature: name -> (restype,
 # argtypes). tests/python/test_binding_cpu.py checks this table against the header.
@@ -122,6 +130,15 @@ SIGNATURES = {
     # runtime, t, grad, d_t, max_period, flip_sin_to_cos, downscale_freq_shift, scale, stream
     "xj_timestep_sinusoid_backward": (c_int, [c_void_p, _tensor, _tensor, _tensor, c_double, c_int, c_double,
                                               c_double, c_void_p]),
+    # Sequence parallelism. (rows M, seq S, table_rows R) -> the partials' least rows / workspace bytes.
+    "xj_segment_fold_tiles": (c_longlong, [c_longlong] * 3),
+    "xj_segment_fold_workspace_bytes": (c_longlong, [c_longlong] * 3),
+    # runtime, partials, index, rows, out, workspace, stream
+    "xj_segment_fold": (c_int, [c_void_p, _tensor, _tensor, c_longlong, _tensor, _tensor, c_void_p]),
+    # keys, seq, table_rows, batch, shard_start, ranks, rank, sizes, tile_start, rows, receive_counts,
+    # send_counts, send_rows, gathered_slot (host arrays)
+    "xj_sequence_parallel_plan": (c_int, [_longs, c_longlong, c_longlong, c_longlong, _longs, c_longlong, c_longlong,
+                                          ctypes.POINTER(SequenceParallelSizes)] + [_longs] * 6),
 }
 
 # Entry points a library may lack (it predates them): the import still works and only the ops

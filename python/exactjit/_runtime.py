@@ -485,12 +485,13 @@ class Runtime:
         return _workspace_bytes("xj_adaln_row_gather_backward_workspace_bytes", seq=seq, table_rows=table_rows,
                                 hidden=hidden)
 
-    def gate_residual_backward(self, grad, gate, index, y, *, need_d_y=True, need_d_gate=True):
+    def gate_residual_backward(self, grad, gate, index, y, *, need_d_y=True, need_d_gate=True, dtype=None):
         """Gradients of out = residual + gate[index[r mod S]] * y for the upstream `grad` (like y):
         returns (d_y, d_gate), each None when not asked for. d_y = rT(grad * gate[i]), like y,
-        bitwise equal to eager's VJP; d_gate (R, H) contiguous in the gate's dtype, the fixed-order
-        fp32 segment sums of grad * y with one rounding. d_residual is grad itself (not computed).
-        gate, index, y: the forward's (gate may be the strided table view)."""
+        bitwise equal to eager's VJP; d_gate (R, H) contiguous in `dtype` (default the gate's;
+        torch.float32 keeps the fp32 sums), the fixed-order fp32 segment sums of grad * y with one
+        rounding. d_residual is grad itself (not computed). gate, index, y: the forward's (gate may
+        be the strided table view)."""
         fn = _lib.function("xj_gate_residual_backward")
         torch = _import_torch()
         op = "gate_residual_backward"
@@ -499,7 +500,8 @@ class Runtime:
             return None, None
         grad = grad.contiguous()
         d_y = torch.empty_like(y, memory_format=torch.contiguous_format) if need_d_y else None
-        d_gate = torch.empty(tuple(gate.shape), dtype=gate.dtype, device=gate.device) if need_d_gate else None
+        d_gate = (torch.empty(tuple(gate.shape), dtype=gate.dtype if dtype is None else dtype, device=gate.device)
+                  if need_d_gate else None)
         hidden = y.shape[-1] if y.dim() >= 1 else 0
         workspace = _workspace(torch, op, "xj_gate_residual_backward_workspace_bytes", grad.device,
                                rows=y.numel() // hidden if hidden else 0, seq=index.shape[0] if index.dim() == 1 else 0,
@@ -648,6 +650,38 @@ class Runtime:
         del packed
         _lib.check(status, "xj_adaln_row_gather_backward")
         return d_rows
+
+    @staticmethod
+    def segment_fold_tiles(rows, seq, table_rows):
+        """The least rows of segment_fold's partials for M = rows rows, index length S and R table
+        rows: the plan's bound on its tiles, ceil(M / 256) + R. ValueError for invalid sizes."""
+        return _workspace_bytes("xj_segment_fold_tiles", rows=rows, seq=seq, table_rows=table_rows)
+
+    def segment_fold(self, partials, index, table_rows, *, rows=None, dtype=None):
+        """The last step of a segment sum over given tile partials (sequence parallelism,
+        docs/sequence-parallel.md): partials (P, W) float32, tile t of the single-GPU plan of
+        `index` (S,) over `rows` = B * S rows (default S) in row t, P >= segment_fold_tiles (rows
+        past the plan's tiles are not read) -> (table_rows, W) contiguous in `dtype` (default
+        float32): each table row's tiles added in order, compensated, rounded once, the bits the
+        op's own backward gives for those partials."""
+        fn = _lib.function("xj_segment_fold")
+        torch = _import_torch()
+        op = "segment_fold"
+        _require_tensors(torch, op, partials=partials, index=index)
+        table_rows = _count(op, "table_rows", table_rows)
+        seq = index.shape[0] if index.dim() == 1 else 0
+        rows = _count(op, "rows", seq if rows is None else rows)
+        width = partials.shape[1] if partials.dim() == 2 else 0
+        workspace = _workspace(torch, op, "xj_segment_fold_workspace_bytes", partials.device, rows=rows,
+                               seq=seq, table_rows=table_rows)
+        out = torch.empty((table_rows, width), dtype=torch.float32 if dtype is None else dtype,
+                          device=partials.device)
+        stream = _current_stream(partials.get_device()) if partials.is_cuda else None
+        packed, tensors = pack(torch, op, ("partials", "index", "out", "workspace"), (partials, index, out, workspace))
+        status = fn(self._live(), tensors[0], tensors[1], rows, tensors[2], tensors[3], stream)
+        del packed
+        _lib.check(status, "xj_segment_fold")
+        return out
 
     def timestep_sinusoid_backward(self, t, grad, max_period=10000, flip_sin_to_cos=True, downscale_freq_shift=0,
                                    scale=1.0):

@@ -3,6 +3,7 @@
 // a rank sends is what its peer expects; and, simulated rank by rank with the rows really moved,
 // gate_residual's d_gate summed over ranks is byte-equal to the single-GPU host model for shard
 // sizes that split segments across several ranks, leave a rank empty, or give one rank all.
+#include "exactjit/exactjit.h"
 #include "kernels/backward_model.hpp"
 #include "kernels/segment_plan.hpp"
 #include "kernels/sequence_parallel_plan.hpp"
@@ -240,6 +241,74 @@ TEST(SequenceParallelPlan, RefusesBrokenLayoutsByRule) {
   EXPECT_EQ(message(keys, 2, 0, {0, 4}),
             "sequence_parallel_plan: batch must be >= 1 with B * S <= 2147483647 (got B = 0, S = 4)");
   EXPECT_EQ(message({}, 2, 1, {0, 0}), "sequence_parallel_plan: keys must hold S >= 1 positions");
+}
+
+
+// The C ABI's one-rank view (xj_sequence_parallel_plan): sizes first, then every array the C++
+// plan holds for that rank, with the sends flattened in receiver order.
+TEST(SequenceParallelPlan, TheCAbiGivesEachRanksShare) {
+  for (const Layout& layout : layouts()) {
+    SCOPED_TRACE(layout.name);
+    auto plan = sequence_parallel_plan(layout.keys, layout.table_rows, layout.batch, layout.shard_start);
+    ASSERT_TRUE(static_cast<bool>(plan)) << llvm::toString(plan.takeError());
+    const std::vector<long long> keys(layout.keys.begin(), layout.keys.end());
+    const std::vector<long long> start(layout.shard_start.begin(), layout.shard_start.end());
+    const long long ranks = static_cast<long long>(start.size()) - 1;
+    for (long long r = 0; r < ranks; ++r) {
+      xj_sequence_parallel_sizes sizes{};
+      auto call = [&](long long* tile_start, long long* rows, long long* receive, long long* send_counts,
+                      long long* send_rows, long long* slot) {
+        return xj_sequence_parallel_plan(keys.data(), static_cast<long long>(keys.size()), layout.table_rows,
+                                         layout.batch, start.data(), ranks, r, &sizes, tile_start, rows, receive,
+                                         send_counts, send_rows, slot);
+      };
+      ASSERT_EQ(call(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr), XJ_OK) << xj_last_error();
+      const RankTiles& mine = plan->ranks[r];
+      EXPECT_EQ(sizes.tiles, static_cast<long long>(plan->gathered_slot.size()));
+      EXPECT_EQ(sizes.max_tiles, plan->max_tiles);
+      EXPECT_EQ(sizes.rank_tiles, static_cast<long long>(mine.tiles.size()));
+      EXPECT_EQ(sizes.rank_rows, static_cast<long long>(mine.rows.size()));
+      EXPECT_EQ(sizes.local_rows, mine.local_rows);
+      std::vector<long long> tile_start(sizes.rank_tiles + 1), rows(sizes.rank_rows), receive(ranks),
+          send_counts(ranks), send_rows(sizes.sent_rows), slot(sizes.tiles);
+      ASSERT_EQ(call(tile_start.data(), rows.data(), receive.data(), send_counts.data(), send_rows.data(),
+                     slot.data()),
+                XJ_OK);
+      std::vector<long long> sent, counts;
+      for (const auto& to : mine.send) {
+        counts.push_back(static_cast<long long>(to.size()));
+        sent.insert(sent.end(), to.begin(), to.end());
+      }
+      EXPECT_EQ(tile_start, std::vector<long long>(mine.tile_start.begin(), mine.tile_start.end()));
+      EXPECT_EQ(rows, std::vector<long long>(mine.rows.begin(), mine.rows.end()));
+      EXPECT_EQ(receive, std::vector<long long>(mine.receive_counts.begin(), mine.receive_counts.end()));
+      EXPECT_EQ(send_counts, counts);
+      EXPECT_EQ(send_rows, sent);
+      EXPECT_EQ(slot, std::vector<long long>(plan->gathered_slot.begin(), plan->gathered_slot.end()));
+    }
+  }
+}
+
+TEST(SequenceParallelPlan, TheCAbiRefusesByName) {
+  const long long keys[] = {0, 1, 1, 0}, start[] = {0, 2, 4};
+  xj_sequence_parallel_sizes sizes{};
+  auto call = [&](const long long* k, long long seq, const long long* s, long long ranks, long long rank,
+                  xj_sequence_parallel_sizes* out) {
+    return xj_sequence_parallel_plan(k, seq, 2, 1, s, ranks, rank, out, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                     nullptr);
+  };
+  EXPECT_EQ(call(keys, 4, start, 2, 1, &sizes), XJ_OK);
+  EXPECT_EQ(call(nullptr, 4, start, 2, 1, &sizes), XJ_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(xj_last_error(), "sequence_parallel_plan: keys must not be NULL");
+  EXPECT_EQ(call(keys, 4, start, 2, 1, nullptr), XJ_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(xj_last_error(), "sequence_parallel_plan: sizes must not be NULL");
+  EXPECT_EQ(call(keys, 4, start, 2, 2, &sizes), XJ_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(xj_last_error(),
+               "sequence_parallel_plan: needs seq >= 1, ranks >= 1 and 0 <= rank < ranks (got seq = 4, ranks = 2, "
+               "rank = 2)");
+  const long long short_start[] = {0, 2, 3};
+  EXPECT_EQ(call(keys, 4, short_start, 2, 0, &sizes), XJ_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(xj_last_error(), "sequence_parallel_plan: shard_start must run from 0 to S = 4 over >= 1 ranks");
 }
 
 }  // namespace

@@ -69,6 +69,9 @@ C_TO_CTYPES = {
     "const DLTensor*": ctypes.c_void_p,
     "xj_runtime**": ctypes.POINTER(ctypes.c_void_p),
     "const xj_runtime_options*": ctypes.POINTER(_lib.RuntimeOptions),
+    "const long long*": ctypes.POINTER(ctypes.c_longlong),
+    "long long*": ctypes.POINTER(ctypes.c_longlong),
+    "xj_sequence_parallel_sizes*": ctypes.POINTER(_lib.SequenceParallelSizes),
 }
 
 

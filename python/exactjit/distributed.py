@@ -1,0 +1,215 @@
+"""Sequence parallelism over torch.distributed with table gradients byte-equal to one GPU's.
+
+Rank r of a process group holds positions [start_r, start_r + S_r) of the packed sequence (its
+(B, S_r, H) shard); the AdaLN tables and the index are replicated. Row-local work (the forwards,
+d_y, d_residual) runs on the shard as on one GPU. A table gradient is a segment sum
+(docs/backward.md): every table row's positions cut into tiles of 256, each tile summed in order,
+the tiles folded in order. So each tile's partial is computed whole by the rank holding its first
+row (its other rows are sent there first, one all-to-all of rows), with the op's own backward
+kernel over a layout where each owned tile is one segment; the partials are all-gathered (copies,
+no arithmetic in the collective) and every rank folds all of them in the single-GPU order
+(Runtime.segment_fold). Every rank ends with the whole gradient, bit for bit the single-GPU one;
+do not all-reduce it again (docs/sequence-parallel.md).
+
+    plan = exactjit.distributed.SequencePlan(index, table_rows=gate.shape[0], shard_sizes=sizes)
+    out = exactjit.distributed.gate_residual(residual_shard, gate, y_shard, plan)
+
+Build a plan once per index layout (it copies the index to the host once); a step then needs no
+host synchronisation beyond the collectives. NCCL takes the CUDA tensors as they are; a backend
+without CUDA collectives (gloo) gets host copies.
+"""
+import torch
+import torch.distributed as dist
+
+from ._errors import invalid_argument
+from ._runtime import _import_torch, default_runtime
+from ._sequence_parallel_plan import rank_plan
+
+__all__ = ["SequencePlan", "adaln_row_gather", "adaln_row_gather_table_grad", "gate_residual",
+           "gate_residual_table_grad"]
+_import_torch()  # the runtime's raw launches below use the torch it imported
+
+# The backward kernels' plan holds at most this many table rows, so owned tiles go to them in
+# groups (a multiple of 3: adaln_row_gather's rows come as 3T).
+_TILES_PER_CALL = 4095
+
+
+class SequencePlan:
+    """Who computes which tile of a segment sum, for this rank of `group` (default: the world).
+
+    keys: the replicated (S,) index whose rows the gradient sums over (gate_residual: its index;
+    adaln_row_gather: timestep_indices * 3 + token_tags), on any device; table_rows: R;
+    shard_sizes: S_r of every rank in group-rank order, summing to S (zeros allowed); batch: B
+    copies of the sequence (rows b * S_r + s of a shard). Tensors the step needs live on `device`
+    (default: the current CUDA device)."""
+
+    def __init__(self, keys, table_rows, shard_sizes, *, batch=1, group=None, device=None):
+        if not dist.is_initialized():
+            raise invalid_argument("SequencePlan: torch.distributed is not initialized")
+        self.group = group
+        self.rank, self.ranks = dist.get_rank(group), dist.get_world_size(group)
+        sizes = [int(s) for s in shard_sizes]
+        if len(sizes) != self.ranks or min(sizes) < 0:
+            raise invalid_argument(f"SequencePlan: shard_sizes must give {self.ranks} sizes >= 0, one per rank "
+                                   f"(got {sizes})")
+        host_keys = keys.detach().to("cpu", torch.int64)
+        if host_keys.dim() != 1 or sum(sizes) != host_keys.shape[0]:
+            raise invalid_argument(f"SequencePlan: shard_sizes must sum to the S = {host_keys.shape[0]} keys "
+                                   f"(got {sum(sizes)})")
+        start = [0]
+        for s in sizes:
+            start.append(start[-1] + s)
+        self.device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+        self.table_rows, self.batch, self.seq = int(table_rows), int(batch), host_keys.shape[0]
+        self.start, self.size = start[self.rank], sizes[self.rank]
+        plan = rank_plan(host_keys.tolist(), table_rows, start, self.rank, batch)
+        self.local_rows, self.max_tiles = plan.local_rows, plan.max_tiles
+        self.tile_start = plan.tile_start
+        self.send_counts, self.receive_counts = plan.send_counts, plan.receive_counts
+        self.fold_tiles = default_runtime().segment_fold_tiles(self.batch * self.seq, self.seq, self.table_rows)
+
+        def on_device(values):
+            return torch.tensor(values, dtype=torch.int64).to(self.device)
+        self.keys = host_keys.to(self.device)
+        self.rows = on_device(plan.rows)
+        self.send_rows = on_device(plan.send_rows)
+        self.gathered_slot = on_device(plan.gathered_slot)
+        counts = torch.tensor([b - a for a, b in zip(plan.tile_start, plan.tile_start[1:])], dtype=torch.int64)
+        self.tile_keys = torch.repeat_interleave(torch.arange(len(counts)), counts).to(self.device)
+        self.staged = dist.get_backend(group) != dist.Backend.NCCL
+
+    def local(self, index):
+        """This rank's slice of a replicated (S,) index tensor: the forward's index on the shard."""
+        return index[self.start:self.start + self.size]
+
+    def _collective(self, tensor):
+        return tensor.cpu() if self.staged else tensor
+
+    def owned_rows(self, local):
+        """(rank_rows, W): the rows of this rank's tiles in summation order, from its (local_rows, W)
+        rows and the rows the other ranks send it (one all-to-all)."""
+        send = self._collective(local.index_select(0, self.send_rows))
+        received = send.new_empty((sum(self.receive_counts), local.shape[1]))
+        dist.all_to_all_single(received, send, self.receive_counts, self.send_counts, group=self.group)
+        extended = torch.cat([local, received.to(local.device)])
+        return extended.index_select(0, self.rows)
+
+    def owned_groups(self):
+        """(first tile, end tile, first row, end row, tile keys from 0) of each group of owned tiles
+        one backward call takes."""
+        tiles = len(self.tile_start) - 1
+        for first in range(0, tiles, _TILES_PER_CALL):
+            end = min(first + _TILES_PER_CALL, tiles)
+            a, b = self.tile_start[first], self.tile_start[end]
+            yield first, end, a, b, self.tile_keys[a:b] - first
+
+    def fold(self, partials, dtype):
+        """The gradient (R, W) in dtype from this rank's owned tiles' fp32 partials (rank_tiles, W):
+        every rank's partials gathered into the single-GPU tile order, folded in it."""
+        width = partials.shape[1]
+        padded = partials.new_zeros((self.max_tiles, width))
+        padded[:partials.shape[0]] = partials
+        padded = self._collective(padded)
+        gathered = [torch.empty_like(padded) for _ in range(self.ranks)]
+        dist.all_gather(gathered, padded, group=self.group)
+        gathered = torch.cat(gathered).to(partials.device)
+        ordered = partials.new_zeros((self.fold_tiles, width))
+        ordered[:self.gathered_slot.shape[0]] = gathered.index_select(0, self.gathered_slot)
+        return default_runtime().segment_fold(ordered, self.keys, self.table_rows, rows=self.batch * self.seq,
+                                              dtype=dtype)
+
+
+def _check_shard(op, plan, hidden_rows, name):
+    if hidden_rows != plan.local_rows:
+        raise invalid_argument(f"{op}: {name} must hold this rank's B * S_r = {plan.local_rows} rows "
+                               f"(got {hidden_rows})")
+
+
+class _GateResidual(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, residual, gate, y, plan, index):
+        ctx.plan = plan
+        ctx.save_for_backward(gate, index, y)
+        if y.numel() == 0:  # an empty shard
+            return residual.clone(memory_format=torch.contiguous_format)
+        return default_runtime()._gate_residual(residual, gate, index, y, None)
+
+    @staticmethod
+    def backward(ctx, grad):
+        plan = ctx.plan
+        gate, index, y = ctx.saved_tensors
+        runtime = default_runtime()
+        grad = grad.contiguous()
+        d_y = d_gate = None
+        if ctx.needs_input_grad[2]:
+            d_y = (torch.empty_like(y, memory_format=torch.contiguous_format) if y.numel() == 0 else
+                   runtime.gate_residual_backward(grad, gate, index, y, need_d_gate=False)[0])
+        if ctx.needs_input_grad[1]:
+            d_gate = gate_residual_table_grad(grad, y, plan, gate.dtype)
+        return grad if ctx.needs_input_grad[0] else None, d_gate, d_y, None, None
+
+
+def gate_residual_table_grad(grad, y, plan, dtype):
+    """gate_residual's d_gate (R, H) in dtype (torch.float32 keeps the fp32 sums) from this rank's
+    shard of the upstream gradient and of y: the single-GPU bits, on every rank."""
+    runtime, hidden = default_runtime(), y.shape[-1]
+    grad_rows = plan.owned_rows(grad.contiguous().view(-1, hidden))
+    y_rows = plan.owned_rows(y.contiguous().view(-1, hidden))
+    partials = y.new_empty((len(plan.tile_start) - 1, hidden), dtype=torch.float32)
+    for first, end, a, b, keys in plan.owned_groups():
+        # Each owned tile is one segment here; the table (unread without d_y) has one row each.
+        unread_table = y_rows.new_zeros((end - first, hidden))
+        partials[first:end] = runtime.gate_residual_backward(grad_rows[a:b], unread_table, keys, y_rows[a:b],
+                                                             need_d_y=False, dtype=torch.float32)[1]
+    return plan.fold(partials, dtype)
+
+
+def gate_residual(residual, gate, y, plan):
+    """out = residual + gate.index_select(0, index) * y on this rank's shard (residual, y: (B, S_r,
+    H) or (B * S_r, H)), index = plan's keys at its positions; bitwise the single-GPU op's rows.
+    Backward: d_residual and d_y on the shard; d_gate (R, H), the whole table gradient, byte-equal
+    to the single-GPU backward's on every rank."""
+    _check_shard("gate_residual", plan, y.numel() // max(y.shape[-1], 1), "y")
+    return _GateResidual.apply(residual, gate, y, plan, plan.local(plan.keys))
+
+
+class _AdalnRowGather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, rows, plan, timestep_indices, token_tags):
+        ctx.plan, ctx.rows_dtype = plan, rows.dtype
+        if timestep_indices.shape[0] == 0:  # an empty shard
+            return rows.new_empty((6, 0, rows.shape[1] // 6))
+        return default_runtime()._adaln_row_gather(rows, timestep_indices, token_tags)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return adaln_row_gather_table_grad(grad, ctx.plan, ctx.rows_dtype), None, None, None
+
+
+def adaln_row_gather_table_grad(grad, plan, dtype):
+    """adaln_row_gather's d_rows (3T, 6H) in dtype (torch.float32 keeps the fp32 sums) from this
+    rank's (6, S_r, H) upstream gradient: the single-GPU bits, on every rank."""
+    runtime = default_runtime()
+    chunks, seq, hidden = grad.shape
+    owned = plan.owned_rows(grad.permute(1, 0, 2).reshape(seq, chunks * hidden))
+    partials = grad.new_empty((len(plan.tile_start) - 1, chunks * hidden), dtype=torch.float32)
+    for first, end, a, b, keys in plan.owned_groups():
+        # Each owned tile is one segment (table row keys = step * 3 + tag); rows come as 3T.
+        table_rows = 3 * -(-(end - first) // 3)
+        owned_grad = owned[a:b].view(b - a, chunks, hidden).permute(1, 0, 2).contiguous()
+        partials[first:end] = runtime.adaln_row_gather_backward(
+            owned_grad, torch.div(keys, 3, rounding_mode="floor"), keys % 3, table_rows,
+            dtype=torch.float32)[:end - first]
+    return plan.fold(partials, dtype)
+
+
+def adaln_row_gather(rows, timestep_indices, token_tags, plan):
+    """The six (S_r, H) AdaLN chunks of this rank's positions (timestep_indices, token_tags: its
+    (S_r,) slices), bitwise the single-GPU op's. plan: a SequencePlan over the keys
+    timestep_indices * 3 + token_tags of the whole sequence, table_rows = 3T, batch 1. Backward:
+    d_rows (3T, 6H), the whole gradient, byte-equal to the single-GPU backward's on every rank."""
+    if plan.batch != 1 or plan.table_rows != rows.shape[0]:
+        raise invalid_argument(f"adaln_row_gather: the plan must have batch 1 and table_rows = the {rows.shape[0]} "
+                               f"rows (got batch {plan.batch}, table_rows {plan.table_rows})")
+    _check_shard("adaln_row_gather", plan, timestep_indices.shape[0], "timestep_indices")
+    return tuple(_AdalnRowGather.apply(rows, plan, timestep_indices, token_tags).unbind(0))

@@ -44,7 +44,8 @@ llvm::Expected<LaunchSequence> plan_segment_fold(const SegmentFoldArgs& a) {
   if (a.rows < seq || a.rows % seq != 0)
     return invalid(arg("rows"), fmt::format("must be a positive multiple of S = {} (got {})", seq, a.rows));
   if (auto err = require_plan_limits(arg("index"), seq, arg("out"), table_rows)) return err;
-  const int64_t tiles = segment_fold_tiles(a.rows, seq, table_rows);
+  const SegmentLayout layout = segment_layout(a.rows, seq, table_rows);
+  const int64_t tiles = layout.max_tiles;
   auto partial_dtype = float_dtype(arg("partials"), a.partials);
   if (!partial_dtype) return partial_dtype.takeError();
   if (*partial_dtype != DType::F32 || a.partials.ndim != 2 || a.partials.shape[0] < tiles ||
@@ -52,12 +53,10 @@ llvm::Expected<LaunchSequence> plan_segment_fold(const SegmentFoldArgs& a) {
     return invalid(arg("partials"),
                    fmt::format("must be (P, {}) float32 contiguous with P >= ceil(M / 256) + R = {} (got {} {})",
                                width, tiles, dtype_name(*partial_dtype), shape_string(a.partials)));
-  const int64_t bytes = segment_fold_workspace(a.rows, seq, table_rows);
-  if (auto err = require_workspace(arg("workspace"), a.workspace, bytes)) return err;
+  if (auto err = require_workspace(arg("workspace"), a.workspace, layout.end)) return err;
   if (auto err = require_disjoint_outputs(kOp, tensors, {"out", "workspace"})) return err;
 
   LaunchSequence sequence;
-  const SegmentLayout layout = segment_layout(a.rows, seq, table_rows);
   const uint64_t ws = data_address(*a.workspace);
   const int device = a.out.device.device_id;
   add_plan_launches(sequence, layout, ws, device, *index_type, data_address(a.index), 0, table_rows, Op::SegmentFold);

@@ -71,6 +71,7 @@ class SequencePlan:
         def on_device(values):
             return torch.tensor(values, dtype=torch.int64).to(self.device)
         self.keys = host_keys.to(self.device)
+        self.local_keys = self.local(self.keys)  # the forward's index on this rank's shard
         self.rows = on_device(plan.rows)
         self.send_rows = on_device(plan.send_rows)
         self.gathered_slot = on_device(plan.gathered_slot)
@@ -119,10 +120,10 @@ class SequencePlan:
                                               dtype=dtype)
 
 
-def _check_shard(op, plan, hidden_rows, name):
-    if hidden_rows != plan.local_rows:
+def _check_shard(op, plan, rows, name):
+    if rows != plan.local_rows:
         raise invalid_argument(f"{op}: {name} must hold this rank's B * S_r = {plan.local_rows} rows "
-                               f"(got {hidden_rows})")
+                               f"(got {rows})")
 
 
 class _GateResidual(torch.autograd.Function):
@@ -170,7 +171,7 @@ def gate_residual(residual, gate, y, plan):
     Backward: d_residual and d_y on the shard; d_gate (R, H), the whole table gradient, byte-equal
     to the single-GPU backward's on every rank."""
     _check_shard("gate_residual", plan, y.numel() // max(y.shape[-1], 1), "y")
-    return _GateResidual.apply(residual, gate, y, plan, plan.local(plan.keys))
+    return _GateResidual.apply(residual, gate, y, plan, plan.local_keys)
 
 
 class _AdalnRowGather(torch.autograd.Function):

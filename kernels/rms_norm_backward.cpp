@@ -116,16 +116,33 @@ int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_row
   return regions(rows, seq, table_rows, hidden, weighted).end;
 }
 
+int64_t rms_norm_backward_partial_tiles(int64_t rows, int64_t seq, int64_t table_rows) {
+  if (rows < 0 || seq < 1 || rows % seq != 0 || table_rows < 0) return -1;
+  return table_rows > 0 ? segment_layout(rows, seq, table_rows).max_tiles
+                        : CheckedSize(rows).ceil_div(kTilePositions).value_or(-1);
+}
+
 llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs& a, const DeviceTraits& device) {
   const bool modulated = a.scale || a.index;
   if (modulated && !(a.scale && a.index)) return invalid(arg("scale"), "scale and index must be given together");
   if (!std::isfinite(a.eps) || a.eps < 0) return invalid(arg("eps"), fmt::format("must be finite and >= 0 (got {})", a.eps));
   if (a.dweight && !a.weight) return invalid(arg("dweight"), "needs the forward's weight");
   if ((a.dshift || a.dscale) && !modulated) return invalid(arg("dshift"), "dshift/dscale need scale and index");
-  llvm::SmallVector<NamedTensor, 13> tensors = {{"grad", &a.grad}, {"x", &a.x}, {"rstd", &a.rstd}};
+  const RmsNormTilePartials* given = a.tile_partials;
+  if (given) {
+    if (a.dx || a.dweight || a.dshift || a.dscale || a.residual_grad || a.gate_part)
+      return invalid(arg("tile_partials"), "are asked for alone: dx and the folded gradients must be null");
+    if (given->weight && !a.weight) return invalid(arg("weight_partials"), "needs the forward's weight");
+    if ((given->shift || given->scale) && !modulated)
+      return invalid(arg(given->shift ? "shift_partials" : "scale_partials"), "needs scale and index (the modulated form)");
+  }
+  llvm::SmallVector<NamedTensor, 16> tensors = {{"grad", &a.grad}, {"x", &a.x}, {"rstd", &a.rstd}};
   for (const auto& [name, t] : {std::pair{"weight", a.weight}, {"scale", a.scale}, {"index", a.index}, {"dx", a.dx},
                                 {"dweight", a.dweight}, {"dshift", a.dshift}, {"dscale", a.dscale},
-                                {"workspace", a.workspace}, {"residual_grad", a.residual_grad}})
+                                {"workspace", a.workspace}, {"residual_grad", a.residual_grad},
+                                {"shift_partials", given ? given->shift : nullptr},
+                                {"scale_partials", given ? given->scale : nullptr},
+                                {"weight_partials", given ? given->weight : nullptr}})
     if (t) tensors.push_back({name, t});
   if (auto err = require_cuda_on_one_device(kOp, tensors)) return err;
 
@@ -204,17 +221,36 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
         if (auto err = require_dense(arg(name), *t, {table_rows, hidden}, t_dtype)) return err;
   }
 
+  const int64_t partial_tiles = rms_norm_backward_partial_tiles(rows, seq, table_rows);
+  if (given)
+    for (const auto& [name, t] : {std::pair{"shift_partials", given->shift}, {"scale_partials", given->scale},
+                                  {"weight_partials", given->weight}}) {
+      if (!t) continue;
+      auto partial_dtype = float_dtype(arg(name), *t);
+      if (!partial_dtype) return partial_dtype.takeError();
+      if (*partial_dtype != DType::F32 || t->ndim != 2 || t->shape[0] < partial_tiles || t->shape[1] != hidden ||
+          !is_contiguous(*t))
+        return invalid(arg(name), fmt::format("must be (P, {}) float32 contiguous with P >= {} tiles (got {} {})", hidden,
+                                              partial_tiles, dtype_name(*partial_dtype), shape_string(*t)));
+    }
+
   LaunchSequence sequence;
-  const bool table_grads = a.dshift || a.dscale;
-  if ((!a.dx && !a.dweight && !table_grads) || rows == 0) return sequence;
+  // Each parameter gradient's tile partials go to the workspace (then folded into the gradient) or,
+  // given tile_partials, to the caller's tensors (not folded).
+  const DLTensor* want_shift = given ? given->shift : a.dshift;
+  const DLTensor* want_scale = given ? given->scale : a.dscale;
+  const DLTensor* want_weight = given ? given->weight : a.dweight;
+  const bool table_grads = want_shift || want_scale;
+  if ((!a.dx && !want_weight && !table_grads) || rows == 0) return sequence;
   const Regions r = regions(rows, seq, table_rows, hidden, a.weight != nullptr);
-  const bool needs_workspace = table_grads || a.dweight;
+  const bool needs_workspace = table_grads || want_weight;
   if (needs_workspace)
     if (auto err = require_workspace(arg("workspace"), a.workspace, r.end)) return err;
   // The workspace is written only for the table and weight gradients.
   if (auto err = require_disjoint_outputs(
           kOp, tensors,
-          needs_workspace ? llvm::ArrayRef<std::string_view>({"dx", "dweight", "dshift", "dscale", "workspace"})
+          needs_workspace ? llvm::ArrayRef<std::string_view>({"dx", "dweight", "dshift", "dscale", "workspace",
+                                                              "shift_partials", "scale_partials", "weight_partials"})
                           : llvm::ArrayRef<std::string_view>({"dx", "dweight", "dshift", "dscale"})))
     return err;
 
@@ -223,11 +259,14 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
   const uint64_t scale = modulated ? data_address(*a.scale) : 0;
   const uint64_t index = modulated ? data_address(*a.index) : 0;
   // Modulated, every parameter gradient is a sum over the table rows' lists: one plan, one pass.
-  const bool plan_sums = table_grads || (modulated && a.dweight);
+  const bool plan_sums = table_grads || (modulated && want_weight);
   const int device_id = a.x.device.device_id;
   if (plan_sums)
     add_plan_launches(sequence, r.layout, ws, device_id, index_type, index, 0, table_rows, Op::RmsNormBackward);
-  auto at_or_null = [&](const DLTensor* wanted, int64_t offset) { return wanted ? ws + offset : 0; };
+  auto at_or_null = [&](const DLTensor* wanted, int64_t offset) -> uint64_t {
+    if (!wanted) return 0;
+    return given ? data_address(*wanted) : ws + offset;
+  };
   // dx and the tile partials in one pass where the device and the call allow it (same bits).
   // The cheap tests first: the rule formats its message when broken.
   KernelSpec one_pass = make_spec(Op::RmsNormOnePass, *dtype, IndexType::I64, hidden, 0, 4, a.weight != nullptr);
@@ -293,10 +332,11 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
       // One block per plan tile; the scale rows (row stride table_stride) give dweight's d_n.
       LaunchPlan& tiles = add_tiles(Op::RmsNormTableGrad, r.layout.max_tiles,
                                     {data_address(a.grad), data_address(a.x), weight, scale, data_address(a.rstd),
-                                     at_or_null(a.dshift, r.shift_partials), at_or_null(a.dscale, r.scale_partials),
-                                     at_or_null(a.dweight, r.weight_partials), static_cast<uint64_t>(table_stride)});
+                                     at_or_null(want_shift, r.shift_partials), at_or_null(want_scale, r.scale_partials),
+                                     at_or_null(want_weight, r.weight_partials), static_cast<uint64_t>(table_stride)});
       push_plan_params(tiles, r.layout, ws);
     }
+    if (given) return sequence;
     for (const auto& [out, offset, out_dtype] :
          {std::tuple{a.dshift, r.shift_partials, *dshift_dtype}, {a.dscale, r.scale_partials, *dscale_dtype}})
       if (out)
@@ -308,14 +348,15 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
     if (one_pass_gated(one_pass))
       add_fold_launch(sequence, &r.layout, ws, device_id, gate->d_gate_dtype, gate->partials, r.layout.max_tiles,
                       hidden, data_address(gate->d_gate));
-  } else if (a.dweight) {
+  } else if (want_weight) {
     if (r.weight_tiles > INT_MAX) return invalid(arg("x"), "has too many rows");
     LaunchPlan& tiles = add_tiles(Op::RmsNormWeightGrad, r.weight_tiles,
                                   {data_address(a.grad), data_address(a.x), 0, 0, data_address(a.rstd),
-                                   ws + r.weight_partials, 0, 0, 0});
+                                   at_or_null(want_weight, r.weight_partials), 0, 0, 0});
     for (int k = 0; k < 5; ++k) tiles.push(0);  // no plan: tiles of consecutive rows
     tiles.push(static_cast<uint64_t>(seq));
     tiles.push(static_cast<uint64_t>(rows / seq));
+    if (given) return sequence;
     add_fold_launch(sequence, nullptr, ws, device_id, *dweight_dtype, ws + r.weight_partials, r.weight_tiles, hidden,
                     data_address(*a.dweight));
   }
@@ -455,5 +496,23 @@ extern "C" exactjit_status_t xj_rms_norm_backward(xj_runtime* runtime, const DLT
                             {*grad, *x, weight, scale, index, *rstd, eps, dx, dweight, dshift, dscale, workspace},
                             r.traits(x->device)),
                         stream);
+      });
+}
+
+extern "C" long long xj_rms_norm_backward_partial_tiles(long long rows, long long seq, long long table_rows) {
+  return exactjit::rms_norm_backward_partial_tiles(rows, seq, table_rows);
+}
+
+extern "C" exactjit_status_t xj_rms_norm_backward_tile_partials(
+    xj_runtime* runtime, const DLTensor* grad, const DLTensor* x, const DLTensor* weight, const DLTensor* scale,
+    const DLTensor* index, const DLTensor* rstd, const DLTensor* shift_partials, const DLTensor* scale_partials,
+    const DLTensor* weight_partials, const DLTensor* workspace, void* stream) {
+  return exactjit::c_abi::call_op(
+      runtime, "rms_norm_backward", {{"grad", grad}, {"x", x}, {"rstd", rstd}}, [&](exactjit::Runtime& r) {
+        const exactjit::RmsNormTilePartials partials{shift_partials, scale_partials, weight_partials};
+        exactjit::RmsNormBackwardArgs args{*grad,   *x,      weight,  scale,   index,     *rstd, 0.0,
+                                           nullptr, nullptr, nullptr, nullptr, workspace};
+        args.tile_partials = &partials;
+        return r.launch(exactjit::plan_rms_norm_backward(args, r.traits(x->device)), stream);
       });
 }

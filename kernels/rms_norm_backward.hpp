@@ -33,6 +33,16 @@ struct OnePassGate {
   uint64_t partials;  ///< the gate's tile partials: the plan's max_tiles x H floats
 };
 
+/// The parameter gradients' tile partials, unfolded, in the caller's (P, H) float32 tensors (P >=
+/// rms_norm_backward_partial_tiles): sequence parallelism computes a shard's tiles and folds them
+/// elsewhere (docs/sequence-parallel.md). Tile t of the backward's own order in row t: modulated,
+/// the index's segment plan (its tiles by table row); plain, 256 consecutive rows.
+struct RmsNormTilePartials {
+  const DLTensor* shift;   ///< dshift's (modulated), or null
+  const DLTensor* scale;   ///< dscale's (modulated), or null
+  const DLTensor* weight;  ///< dweight's (needs the forward's weight), or null
+};
+
 struct RmsNormBackwardArgs {
   const DLTensor& grad;       ///< like x
   const DLTensor& x;          ///< the forward's x
@@ -51,10 +61,17 @@ struct RmsNormBackwardArgs {
   const DLTensor* residual_grad = nullptr;
   /// gate_residual_rms_norm's gate part, for the one-pass kernel to form too, or null.
   const OnePassGate* gate_part = nullptr;
+  /// Given, the backward writes only these partials (dx, the gradients and their folds are not
+  /// asked for: those pointers must be null).
+  const RmsNormTilePartials* tile_partials = nullptr;
 };
 
 /// Workspace bytes (table_rows 0 = plain; -1: invalid shapes).
 int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, bool weighted);
+
+/// The least rows P of RmsNormTilePartials' tensors: the plan's bound ceil(M / 256) + R
+/// (modulated), ceil(M / 256) (plain, table_rows 0); -1: invalid sizes.
+int64_t rms_norm_backward_partial_tiles(int64_t rows, int64_t seq, int64_t table_rows);
 
 /// `device`: on sm_90 (bulk copies) with enough plan tiles to fill it, the modulated
 /// bf16 backward runs in one pass (rms_norm_one_pass.cuh: dx and the tile partials from one

@@ -169,6 +169,19 @@ XJ_API exactjit_status_t xj_rms_norm_backward(xj_runtime* runtime, const DLTenso
                                               const DLTensor* dshift, const DLTensor* dscale,
                                               const DLTensor* workspace, void* stream);
 
+/* rms_norm_backward's parameter gradients before their fold, for sequence parallelism (the fold
+ * runs elsewhere: xj_segment_fold): the same arguments (eps is not needed without dx), and the
+ * tile partials of dshift, dscale and dweight, each NULL or (P, H) float32 contiguous with P >=
+ * xj_rms_norm_backward_partial_tiles (rows past the tiles are not written), tile t's in row t.
+ * Modulated, the tiles are the index's segment plan's (xj_segment_fold folds dshift and dscale;
+ * dweight is every tile folded in order into one row); plain, dweight's tiles of 256 consecutive
+ * rows. The workspace: xj_rms_norm_backward_workspace_bytes. */
+XJ_API long long xj_rms_norm_backward_partial_tiles(long long rows, long long seq, long long table_rows);
+XJ_API exactjit_status_t xj_rms_norm_backward_tile_partials(
+    xj_runtime* runtime, const DLTensor* grad, const DLTensor* x, const DLTensor* weight, const DLTensor* scale,
+    const DLTensor* index, const DLTensor* rstd, const DLTensor* shift_partials, const DLTensor* scale_partials,
+    const DLTensor* weight_partials, const DLTensor* workspace, void* stream);
+
 /* table_rows = R of the gate (and of shift/scale when modulated). */
 XJ_API long long xj_gate_residual_rms_norm_backward_workspace_bytes(long long rows, long long seq,
                                                                    long long table_rows, long long hidden,

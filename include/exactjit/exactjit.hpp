@@ -131,6 +131,16 @@ class Runtime {
                                workspace, stream));
   }
 
+  /// rms_norm_backward's unfolded tile partials (exactjit.h: xj_rms_norm_backward_tile_partials).
+  void rms_norm_backward_tile_partials(const DLTensor& grad, const DLTensor& x, const DLTensor* weight,
+                                       const DLTensor* scale, const DLTensor* index, const DLTensor& rstd,
+                                       const DLTensor* shift_partials, const DLTensor* scale_partials,
+                                       const DLTensor* weight_partials, const DLTensor* workspace,
+                                       void* stream = nullptr) {
+    check(xj_rms_norm_backward_tile_partials(handle_, &grad, &x, weight, scale, index, &rstd, shift_partials,
+                                             scale_partials, weight_partials, workspace, stream));
+  }
+
   /// grad_h may be null (h feeds only the norm); d_residual is required.
   void gate_residual_rms_norm_backward(const DLTensor& grad_out, const DLTensor* grad_h, const DLTensor& h,
                                        const DLTensor& y, const DLTensor& gate, const DLTensor& index,

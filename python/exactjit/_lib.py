@@ -117,6 +117,11 @@ SIGNATURES = {
     "xj_rms_norm_backward_workspace_bytes": (c_longlong, [c_longlong] * 4 + [c_int]),
     # runtime, grad, x, weight, scale, index, rstd, eps, dx, dweight, dshift, dscale, workspace, stream
     "xj_rms_norm_backward": (c_int, [c_void_p] + [_tensor] * 6 + [c_double] + [_tensor] * 5 + [c_void_p]),
+    # rows, seq, table_rows -> the tile partials' least rows, -1 for invalid sizes
+    "xj_rms_norm_backward_partial_tiles": (c_longlong, [c_longlong] * 3),
+    # runtime, grad, x, weight, scale, index, rstd, shift_partials, scale_partials, weight_partials, workspace,
+    # stream
+    "xj_rms_norm_backward_tile_partials": (c_int, [c_void_p] + [_tensor] * 10 + [c_void_p]),
     # rows, seq, table_rows, hidden, weighted, modulated
     "xj_gate_residual_rms_norm_backward_workspace_bytes": (c_longlong, [c_longlong] * 4 + [c_int] * 2),
     # runtime, grad_out, grad_h, h, y, gate, index, weight, scale, rstd, eps, d_residual, d_y, d_gate, d_weight,

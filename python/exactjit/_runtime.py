@@ -567,6 +567,49 @@ class Runtime:
         _lib.check(status, "xj_rms_norm_backward")
         return dx, dweight, dshift, dscale
 
+    def rms_norm_backward_tile_partials(self, grad, x, weight, rstd, *, scale=None, index=None, need_dweight=None,
+                                        need_dshift=None, need_dscale=None):
+        """rms_norm_backward's parameter gradients before their fold (sequence parallelism folds a
+        shard's tiles elsewhere, docs/sequence-parallel.md): returns (dshift, dscale, dweight)
+        partials, each (P, H) float32 with tile t's in row t (P the bound
+        xj_rms_norm_backward_partial_tiles; rows past the tiles are unwritten), or None when not
+        asked for. Modulated (scale and index given) the tiles are the index's segment plan's
+        (segment_fold folds dshift's and dscale's; dweight's fold is every tile in order into one
+        row); plain, dweight's tiles of 256 consecutive rows. The arguments and defaults are
+        rms_norm_backward's."""
+        fn = _lib.function("xj_rms_norm_backward_tile_partials")
+        torch = _import_torch()
+        op = "rms_norm_backward_tile_partials"
+        _require_tensors(torch, op, grad=grad, x=x, rstd=rstd)
+        for name, value in (("weight", weight), ("scale", scale), ("index", index)):
+            if value is not None and not isinstance(value, torch.Tensor):
+                raise invalid_argument(f"{op}: {name} must be a torch.Tensor or None, got {type(value).__name__}")
+        modulated = scale is not None or index is not None
+        need_dweight = weight is not None if need_dweight is None else bool(need_dweight)
+        need_dshift = modulated if need_dshift is None else bool(need_dshift)
+        need_dscale = modulated if need_dscale is None else bool(need_dscale)
+        if not (need_dweight or need_dshift or need_dscale):
+            return None, None, None
+        grad = grad.contiguous()
+        rstd = rstd.reshape(-1)
+        hidden = x.shape[-1] if x.dim() >= 1 else 0
+        rows = x.numel() // hidden if hidden else 0
+        table_rows = (scale.shape[0] if scale.dim() == 2 else 0) if scale is not None else 0
+        seq = (index.shape[0] if index.dim() == 1 else 0) if index is not None else 1
+        tiles = _workspace_bytes("xj_rms_norm_backward_partial_tiles", rows=rows, seq=seq, table_rows=table_rows)
+        partials = [torch.empty((tiles, hidden), dtype=torch.float32, device=x.device) if need else None
+                    for need in (need_dshift, need_dscale, need_dweight)]
+        workspace = _workspace(torch, op, "xj_rms_norm_backward_workspace_bytes", grad.device, rows=rows, seq=seq,
+                               table_rows=table_rows, hidden=hidden, weighted=int(weight is not None))
+        names = ("grad", "x", "weight", "scale", "index", "rstd", "shift_partials", "scale_partials",
+                 "weight_partials", "workspace")
+        stream = _current_stream(grad.get_device()) if grad.is_cuda else None
+        packed, args = _pack_optional(torch, op, names, (grad, x, weight, scale, index, rstd, *partials, workspace))
+        status = fn(self._live(), *args, stream)
+        del packed
+        _lib.check(status, "xj_rms_norm_backward_tile_partials")
+        return tuple(partials)
+
     def gate_residual_rms_norm_backward(self, grad_out, grad_h, h, y, gate, index, weight, rstd, eps, *, scale=None,
                                         need_d_y=True, need_d_gate=True, need_d_weight=None, need_d_shift=None,
                                         need_d_scale=None):

@@ -26,12 +26,13 @@ from ._runtime import _import_torch, default_runtime
 from ._sequence_parallel_plan import rank_plan
 
 __all__ = ["SequencePlan", "adaln_row_gather", "adaln_row_gather_table_grad", "gate_residual",
-           "gate_residual_table_grad"]
+           "gate_residual_rms_norm", "gate_residual_table_grad", "rms_norm", "rms_norm_param_grads"]
 _import_torch()  # the runtime's raw launches below use the torch it imported
 
 # The backward kernels' plan holds at most this many table rows, so owned tiles go to them in
 # groups (a multiple of 3: adaln_row_gather's rows come as 3T).
 _TILES_PER_CALL = 4095
+_TILE = 256  # positions a segment-sum tile holds (docs/backward.md)
 
 
 class SequencePlan:
@@ -41,7 +42,8 @@ class SequencePlan:
     adaln_row_gather: timestep_indices * 3 + token_tags), on any device; table_rows: R;
     shard_sizes: S_r of every rank in group-rank order, summing to S (zeros allowed); batch: B
     copies of the sequence (rows b * S_r + s of a shard). Tensors the step needs live on `device`
-    (default: the current CUDA device)."""
+    (default: the current CUDA device). rms_norm without modulation sums over every row: its plan
+    is SequencePlan.plain."""
 
     def __init__(self, keys, table_rows, shard_sizes, *, batch=1, group=None, device=None):
         if not dist.is_initialized():
@@ -61,9 +63,10 @@ class SequencePlan:
             start.append(start[-1] + s)
         self.device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
         self.table_rows, self.batch, self.seq = int(table_rows), int(batch), host_keys.shape[0]
-        self.start, self.size = start[self.rank], sizes[self.rank]
+        self.start, self.size, self.shard_sizes = start[self.rank], sizes[self.rank], sizes
+        self._rows_plan = self if table_rows == 1 and not host_keys.any() else None
         plan = rank_plan(host_keys.tolist(), table_rows, start, self.rank, batch)
-        self.local_rows, self.max_tiles = plan.local_rows, plan.max_tiles
+        self.local_rows, self.max_tiles, self.tiles = plan.local_rows, plan.max_tiles, plan.tiles
         self.tile_start = plan.tile_start
         self.send_counts, self.receive_counts = plan.send_counts, plan.receive_counts
         self.fold_tiles = default_runtime().segment_fold_tiles(self.batch * self.seq, self.seq, self.table_rows)
@@ -77,7 +80,25 @@ class SequencePlan:
         self.gathered_slot = on_device(plan.gathered_slot)
         counts = torch.tensor([b - a for a, b in zip(plan.tile_start, plan.tile_start[1:])], dtype=torch.int64)
         self.tile_keys = torch.repeat_interleave(torch.arange(len(counts)), counts).to(self.device)
+        # Each owned tile's table row: its first row's key (the owner holds that row).
+        self.tile_table_rows = on_device([int(host_keys[self.start + plan.rows[a] % max(self.size, 1)])
+                                          for a in plan.tile_start[:-1]])
         self.staged = dist.get_backend(group) != dist.Backend.NCCL
+
+    @classmethod
+    def plain(cls, shard_sizes, *, batch=1, group=None, device=None):
+        """The plan of a sum over every row in order (rms_norm's weight gradient without
+        modulation: tiles of 256 consecutive rows of the (B * S) rows): one table row, every key 0."""
+        return cls(torch.zeros(sum(int(s) for s in shard_sizes), dtype=torch.int64), 1, shard_sizes, batch=batch,
+                   group=group, device=device)
+
+    def rows_plan(self):
+        """SequencePlan.plain over the same shards (this plan if it is one), built once: the plan of
+        rms_norm's weight gradient without modulation."""
+        if self._rows_plan is None:
+            self._rows_plan = SequencePlan.plain(self.shard_sizes, batch=self.batch, group=self.group,
+                                                 device=self.device)
+        return self._rows_plan
 
     def local(self, index):
         """This rank's slice of a replicated (S,) index tensor: the forward's index on the shard."""
@@ -86,14 +107,17 @@ class SequencePlan:
     def _collective(self, tensor):
         return tensor.cpu() if self.staged else tensor
 
-    def owned_rows(self, local):
-        """(rank_rows, W): the rows of this rank's tiles in summation order, from its (local_rows, W)
-        rows and the rows the other ranks send it (one all-to-all)."""
-        send = self._collective(local.index_select(0, self.send_rows))
-        received = send.new_empty((sum(self.receive_counts), local.shape[1]))
+    def owned_rows(self, *local):
+        """For each (local_rows, W_i) tensor of this rank's rows: (rank_rows, W_i), the rows of its
+        tiles in summation order, from its own rows and the rows the other ranks send it. One
+        all-to-all for all of them (their rows side by side, as bytes)."""
+        widths = [t.shape[1] * t.element_size() for t in local]
+        rows = torch.cat([t.contiguous().view(torch.uint8) for t in local], dim=1)
+        send = self._collective(rows.index_select(0, self.send_rows))
+        received = send.new_empty((sum(self.receive_counts), rows.shape[1]))
         dist.all_to_all_single(received, send, self.receive_counts, self.send_counts, group=self.group)
-        extended = torch.cat([local, received.to(local.device)])
-        return extended.index_select(0, self.rows)
+        owned = torch.cat([rows, received.to(rows.device)]).index_select(0, self.rows)
+        return tuple(part.contiguous().view(t.dtype) for part, t in zip(owned.split(widths, dim=1), local))
 
     def owned_groups(self):
         """(first tile, end tile, first row, end row, tile keys from 0) of each group of owned tiles
@@ -104,9 +128,9 @@ class SequencePlan:
             a, b = self.tile_start[first], self.tile_start[end]
             yield first, end, a, b, self.tile_keys[a:b] - first
 
-    def fold(self, partials, dtype):
-        """The gradient (R, W) in dtype from this rank's owned tiles' fp32 partials (rank_tiles, W):
-        every rank's partials gathered into the single-GPU tile order, folded in it."""
+    def gather(self, partials, rows):
+        """(rows, W) float32: every rank's owned tiles' fp32 partials (rank_tiles, W), all-gathered
+        (copies only) into the single-GPU tile order; rows past the plan's tiles are zero."""
         width = partials.shape[1]
         padded = partials.new_zeros((self.max_tiles, width))
         padded[:partials.shape[0]] = partials
@@ -114,10 +138,23 @@ class SequencePlan:
         gathered = [torch.empty_like(padded) for _ in range(self.ranks)]
         dist.all_gather(gathered, padded, group=self.group)
         gathered = torch.cat(gathered).to(partials.device)
-        ordered = partials.new_zeros((self.fold_tiles, width))
-        ordered[:self.gathered_slot.shape[0]] = gathered.index_select(0, self.gathered_slot)
-        return default_runtime().segment_fold(ordered, self.keys, self.table_rows, rows=self.batch * self.seq,
-                                              dtype=dtype)
+        ordered = partials.new_zeros((rows, width))
+        ordered[:self.tiles] = gathered.index_select(0, self.gathered_slot)
+        return ordered
+
+    def fold(self, partials, dtype):
+        """The gradient (R, W) in dtype from this rank's owned tiles' fp32 partials (rank_tiles, W):
+        every rank's partials gathered into the single-GPU tile order, each table row's folded."""
+        return default_runtime().segment_fold(self.gather(partials, self.fold_tiles), self.keys, self.table_rows,
+                                              rows=self.batch * self.seq, dtype=dtype)
+
+    def fold_whole(self, partials, dtype):
+        """(W,) in dtype: every tile of the single-GPU plan folded in order into one row (the
+        modulated rms_norm's dweight). segment_fold over the plan of one table row whose tiles are
+        these, in order: P batch copies of 256 positions, every key 0."""
+        ordered = self.gather(partials, self.tiles + 1)  # segment_fold's bound for P tiles: P + 1 rows
+        one_row = torch.zeros(_TILE, dtype=torch.int64, device=partials.device)
+        return default_runtime().segment_fold(ordered, one_row, 1, rows=self.tiles * _TILE, dtype=dtype)[0]
 
 
 def _check_shard(op, plan, rows, name):
@@ -154,8 +191,7 @@ def gate_residual_table_grad(grad, y, plan, dtype):
     """gate_residual's d_gate (R, H) in dtype (torch.float32 keeps the fp32 sums) from this rank's
     shard of the upstream gradient and of y: the single-GPU bits, on every rank."""
     runtime, hidden = default_runtime(), y.shape[-1]
-    grad_rows = plan.owned_rows(grad.contiguous().view(-1, hidden))
-    y_rows = plan.owned_rows(y.contiguous().view(-1, hidden))
+    grad_rows, y_rows = plan.owned_rows(grad.contiguous().view(-1, hidden), y.contiguous().view(-1, hidden))
     partials = y.new_empty((len(plan.tile_start) - 1, hidden), dtype=torch.float32)
     for first, end, a, b, keys in plan.owned_groups():
         # Each owned tile is one segment here; the table (unread without d_y) has one row each.
@@ -192,7 +228,7 @@ def adaln_row_gather_table_grad(grad, plan, dtype):
     rank's (6, S_r, H) upstream gradient: the single-GPU bits, on every rank."""
     runtime = default_runtime()
     chunks, seq, hidden = grad.shape
-    owned = plan.owned_rows(grad.permute(1, 0, 2).reshape(seq, chunks * hidden))
+    owned, = plan.owned_rows(grad.permute(1, 0, 2).reshape(seq, chunks * hidden))
     partials = grad.new_empty((len(plan.tile_start) - 1, chunks * hidden), dtype=torch.float32)
     for first, end, a, b, keys in plan.owned_groups():
         # Each owned tile is one segment (table row keys = step * 3 + tag); rows come as 3T.
@@ -214,3 +250,154 @@ def adaln_row_gather(rows, timestep_indices, token_tags, plan):
                                f"rows (got batch {plan.batch}, table_rows {plan.table_rows})")
     _check_shard("adaln_row_gather", plan, timestep_indices.shape[0], "timestep_indices")
     return tuple(_AdalnRowGather.apply(rows, plan, timestep_indices, token_tags).unbind(0))
+
+
+def rms_norm_param_grads(grad, x, rstd, weight, scale, plan, *, need_dweight=True, need_dshift=True,
+                         need_dscale=True, dtype=None):
+    """rms_norm's (dweight, dshift, dscale) from this rank's shard of the upstream gradient, of x and
+    of the forward's rstd: the single-GPU bits on every rank, each None when not asked for (or
+    without its parameter). plan: over the index; modulated (scale given), dshift and dscale (R, H)
+    in scale's dtype; plain, dweight's sum takes plan.rows_plan(). dweight (H,) in weight's dtype.
+    dtype (torch.float32) keeps the fp32 sums instead."""
+    runtime, hidden = default_runtime(), x.shape[-1]
+    modulated = scale is not None
+    if not modulated:
+        plan = plan.rows_plan()
+    need_dweight = need_dweight and weight is not None
+    need_dshift, need_dscale = need_dshift and modulated, need_dscale and modulated
+    grad_rows, x_rows, rstd_rows = plan.owned_rows(grad.contiguous().view(-1, hidden), x.contiguous().view(-1, hidden),
+                                                   rstd.reshape(-1, 1))
+    tiles = len(plan.tile_start) - 1
+    partials = [x.new_empty((tiles, hidden), dtype=torch.float32) if need else None
+                for need in (need_dshift, need_dscale, need_dweight)]
+    for first, end, a, b, keys in plan.owned_groups():
+        # Each owned tile is one segment here, its table row the tile's scale row; plain, the owned
+        # tiles are runs of 256 consecutive rows, as the single-GPU tiles.
+        table = scale.index_select(0, plan.tile_table_rows[first:end]) if modulated else None
+        got = runtime.rms_norm_backward_tile_partials(
+            grad_rows[a:b], x_rows[a:b], weight, rstd_rows[a:b].view(-1), scale=table,
+            index=keys if modulated else None, need_dweight=need_dweight, need_dshift=need_dshift,
+            need_dscale=need_dscale)
+        for mine, part in zip(partials, got):
+            if mine is not None:
+                mine[first:end] = part[:end - first]
+    shift_p, scale_p, weight_p = partials
+    dweight = None
+    if need_dweight:
+        fold = plan.fold_whole if modulated else lambda p, d: plan.fold(p, d)[0]
+        dweight = fold(weight_p, dtype or weight.dtype)
+    dshift = plan.fold(shift_p, dtype or scale.dtype) if need_dshift else None
+    dscale = plan.fold(scale_p, dtype or scale.dtype) if need_dscale else None
+    return dweight, dshift, dscale
+
+
+def _rms_norm_grads(needs, grad, x, rstd, weight, scale, plan):
+    """(dweight, dshift, dscale) for autograd: None where not needed."""
+    need_weight, need_shift, need_scale = needs
+    if not (need_weight or need_shift or need_scale):
+        return None, None, None
+    return rms_norm_param_grads(grad, x, rstd, weight, scale, plan, need_dweight=need_weight, need_dshift=need_shift,
+                                need_dscale=need_scale)
+
+
+class _RmsNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, shift, scale, plan, index, eps):
+        ctx.plan, ctx.eps = plan, eps
+        if x.numel() == 0:  # an empty shard
+            out, rstd = torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty((0,), dtype=torch.float32)
+        else:
+            out, rstd = default_runtime()._rms_norm(x, weight, eps, shift, scale, index, True)
+        ctx.save_for_backward(x, weight, scale, index, rstd)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight, scale, index, rstd = ctx.saved_tensors
+        need_x, need_weight, need_shift, need_scale = ctx.needs_input_grad[:4]
+        dx = None
+        if need_x:
+            dx = (torch.empty_like(x, memory_format=torch.contiguous_format) if x.numel() == 0 else
+                  default_runtime().rms_norm_backward(grad, x, weight, rstd, ctx.eps, scale=scale, index=index,
+                                                      need_dweight=False, need_dshift=False, need_dscale=False)[0])
+        dweight, dshift, dscale = _rms_norm_grads((need_weight, need_shift, need_scale), grad, x, rstd, weight, scale,
+                                                  ctx.plan)
+        return dx, dweight, dshift, dscale, None, None, None
+
+
+def _eps(eps):
+    return torch.finfo(torch.float32).eps if eps is None else float(eps)
+
+
+def rms_norm(x, weight, eps, plan, *, shift=None, scale=None):
+    """F.rms_norm(x, (H,), weight, eps) [* (1 + scale[index]) + shift[index]] on this rank's shard x
+    ((B, S_r, H) or (B * S_r, H)), index = plan's keys at its positions: bitwise the single-GPU op's
+    rows. plan: a SequencePlan over the index (modulated) or SequencePlan.plain (not; any plan over
+    the same shards serves). Backward: dx
+    on the shard; dweight, dshift, dscale (the whole gradients) byte-equal to the single-GPU
+    backward's on every rank."""
+    if (shift is None) != (scale is None):
+        raise invalid_argument("rms_norm: shift and scale must be given together (the modulated form)")
+    if scale is not None and plan.table_rows != scale.shape[0]:
+        raise invalid_argument(f"rms_norm: the plan must have table_rows = scale's {scale.shape[0]} rows "
+                               f"(got {plan.table_rows})")
+    _check_shard("rms_norm", plan, x.numel() // max(x.shape[-1], 1), "x")
+    return _RmsNorm.apply(x, weight, shift, scale, plan, plan.local_keys if scale is not None else None, _eps(eps))
+
+
+class _GateResidualRmsNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, residual, gate, y, weight, shift, scale, plan, index, eps):
+        ctx.plan, ctx.eps = plan, eps
+        ctx.set_materialize_grads(False)
+        if y.numel() == 0:  # an empty shard
+            h = residual.clone(memory_format=torch.contiguous_format)
+            out, rstd = torch.empty_like(h), h.new_empty((0,), dtype=torch.float32)
+        else:
+            h, out, rstd = default_runtime()._gate_residual_rms_norm(residual, gate, index, y, weight, eps, shift,
+                                                                     scale, True)
+        ctx.save_for_backward(h, y, gate, index, weight, scale, rstd)
+        return h, out
+
+    @staticmethod
+    def backward(ctx, grad_h, grad_out):
+        h, y, gate, index, weight, scale, rstd = ctx.saved_tensors
+        need_residual, need_gate, need_y, need_weight, need_shift, need_scale = ctx.needs_input_grad[:6]
+        plan, runtime = ctx.plan, default_runtime()
+        if grad_out is None and grad_h is None:
+            return (None,) * 9
+        if grad_out is None:  # only h was used: the norm adds nothing
+            d_residual, dweight, dshift, dscale = grad_h, None, None, None
+        else:
+            grad_out = grad_out.contiguous()
+            if y.numel() == 0:
+                d_residual = torch.empty_like(h)
+            else:
+                d_residual = runtime.gate_residual_rms_norm_backward(
+                    grad_out, grad_h, h, y, gate, index, weight, rstd, ctx.eps, scale=scale, need_d_y=False,
+                    need_d_gate=False, need_d_weight=False, need_d_shift=False, need_d_scale=False)[0]
+            dweight, dshift, dscale = _rms_norm_grads((need_weight, need_shift, need_scale), grad_out, h, rstd, weight,
+                                                      scale, plan)
+        d_y = d_gate = None
+        if need_y:
+            d_y = (torch.empty_like(y, memory_format=torch.contiguous_format) if y.numel() == 0 else
+                   runtime.gate_residual_backward(d_residual, gate, index, y, need_d_gate=False)[0])
+        if need_gate:
+            d_gate = gate_residual_table_grad(d_residual, y, plan, gate.dtype)
+        return (d_residual if need_residual else None, d_gate, d_y, dweight, dshift, dscale, None, None, None)
+
+
+def gate_residual_rms_norm(residual, gate, y, weight, eps, plan, *, shift=None, scale=None):
+    """(h, out) of gate_residual_rms_norm on this rank's shard (residual, y: (B, S_r, H) or
+    (B * S_r, H)), index = plan's keys at its positions: bitwise the single-GPU op's rows. plan: a
+    SequencePlan over the index with table_rows = the gate's rows (the shift/scale views have them
+    too). Backward: d_residual and d_y on the shard; d_gate, dweight, dshift, dscale (the whole
+    gradients) byte-equal to the single-GPU backward's on every rank."""
+    if (shift is None) != (scale is None):
+        raise invalid_argument("gate_residual_rms_norm: shift and scale must be given together (the modulated form)")
+    if plan.table_rows != gate.shape[0] or (scale is not None and scale.shape[0] != gate.shape[0]):
+        raise invalid_argument(f"gate_residual_rms_norm: the plan, the gate and scale must have the same table rows "
+                               f"(got {plan.table_rows}, {gate.shape[0]}"
+                               f"{'' if scale is None else f', {scale.shape[0]}'})")
+    _check_shard("gate_residual_rms_norm", plan, y.numel() // max(y.shape[-1], 1), "y")
+    return _GateResidualRmsNorm.apply(residual, gate, y, weight, shift, scale, plan, plan.local_keys, _eps(eps))

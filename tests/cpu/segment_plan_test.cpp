@@ -426,6 +426,64 @@ TEST(RmsNormBackwardValidation, ModulatedCallPlansEveryGradient) {
   EXPECT_EQ(eps, 1e-5);
 }
 
+// Sequence parallelism folds a shard's tile partials elsewhere: given tile_partials, the backward
+// writes each asked gradient's partials to the caller's tensor and runs no dx and no fold; on sm_90
+// too (the one-pass kernel needs dx). Plain, dweight's tiles of consecutive rows.
+TEST(RmsNormBackwardValidation, TilePartialsGoToTheCallersTensorsUnfolded) {
+  constexpr int64_t kS = 4096;
+  FakeTensor grad{1 * GiB, {kS, H}, kBF16}, x{2 * GiB, {kS, H}, kBF16}, weight{10 * GiB, {H}, kBF16};
+  FakeTensor scale{3 * GiB + H * 2, {9, H}, kBF16, {6 * H, 1}}, index{4 * GiB, {kS}, kI64}, rstd{5 * GiB, {kS}, kF32};
+  const int64_t tiles = rms_norm_backward_partial_tiles(kS, kS, 9);
+  EXPECT_EQ(tiles, 16 + 9);
+  EXPECT_EQ(rms_norm_backward_partial_tiles(kS, kS, 0), 16);
+  EXPECT_EQ(rms_norm_backward_partial_tiles(kS, 7, 9), -1);
+  FakeTensor shift_p{6 * GiB, {tiles, H}, kF32}, scale_p{7 * GiB, {tiles, H}, kF32}, weight_p{8 * GiB, {tiles, H}, kF32};
+  FakeTensor workspace{9 * GiB, {rms_norm_backward_workspace(kS, kS, 9, H, true)}, kU8};
+  auto plan = [&](const RmsNormTilePartials& partials, const DLTensor* scale_t, const DLTensor* weight_t,
+                  const DLTensor* dx = nullptr) {
+    RmsNormBackwardArgs args{grad.t, x.t, weight_t, scale_t, scale_t ? &index.t : nullptr, rstd.t, 0.0, dx,
+                             nullptr, nullptr, nullptr, &workspace.t};
+    args.tile_partials = &partials;
+    return plan_rms_norm_backward(args, {90, 50});
+  };
+  auto modulated = plan({&shift_p.t, &scale_p.t, &weight_p.t}, &scale.t, &weight.t);
+  ASSERT_TRUE(static_cast<bool>(modulated)) << llvm::toString(modulated.takeError());
+  ASSERT_EQ(modulated->count, 4);  // the plan (3), the tiles; no fold
+  const LaunchPlan& tile_pass = modulated->steps[3];
+  EXPECT_EQ(tile_pass.spec.op, Op::RmsNormTableGrad);
+  EXPECT_EQ(tile_pass.grid, static_cast<uint32_t>(tiles));
+  EXPECT_EQ(tile_pass.params[5], 6 * GiB);  // dshift's, dscale's, dweight's partials
+  EXPECT_EQ(tile_pass.params[6], 7 * GiB);
+  EXPECT_EQ(tile_pass.params[7], 8 * GiB);
+  auto weight_only = plan({nullptr, nullptr, &weight_p.t}, &scale.t, &weight.t);
+  ASSERT_TRUE(static_cast<bool>(weight_only)) << llvm::toString(weight_only.takeError());
+  EXPECT_EQ(weight_only->steps[3].params[5], 0u);
+  EXPECT_EQ(weight_only->steps[3].params[7], 8 * GiB);
+  auto plain = plan({nullptr, nullptr, &weight_p.t}, nullptr, &weight.t);
+  ASSERT_TRUE(static_cast<bool>(plain)) << llvm::toString(plain.takeError());
+  ASSERT_EQ(plain->count, 1);
+  EXPECT_EQ(plain->steps[0].spec.op, Op::RmsNormWeightGrad);
+  EXPECT_EQ(plain->steps[0].grid, 16u);
+  EXPECT_EQ(plain->steps[0].params[5], 8 * GiB);
+
+  FakeTensor dx{11 * GiB, {kS, H}, kBF16};
+  EXPECT_EQ(message_of(plan({&shift_p.t, nullptr, nullptr}, &scale.t, &weight.t, &dx.t)),
+            "rms_norm_backward: tile_partials are asked for alone: dx and the folded gradients must be null");
+  EXPECT_EQ(message_of(plan({nullptr, nullptr, &weight_p.t}, &scale.t, nullptr)),
+            "rms_norm_backward: weight_partials needs the forward's weight");
+  EXPECT_EQ(message_of(plan({&shift_p.t, nullptr, nullptr}, nullptr, &weight.t)),
+            "rms_norm_backward: shift_partials needs scale and index (the modulated form)");
+  FakeTensor short_p{6 * GiB, {tiles - 1, H}, kF32};
+  EXPECT_EQ(message_of(plan({&short_p.t, nullptr, nullptr}, &scale.t, &weight.t)),
+            "rms_norm_backward: shift_partials must be (P, 5376) float32 contiguous with P >= 25 tiles (got fp32 "
+            "(24, 5376))");
+  FakeTensor bf16_p{6 * GiB, {tiles, H}, kBF16};
+  EXPECT_NE(message_of(plan({nullptr, &bf16_p.t, nullptr}, &scale.t, &weight.t)).find("scale_partials must be (P, 5376) float32"),
+            std::string::npos);
+  EXPECT_NE(message_of(plan({&shift_p.t, &shift_p.t, nullptr}, &scale.t, &weight.t)).find("must not overlap"),
+            std::string::npos);
+}
+
 TEST(AdalnRowGatherBackwardValidation, PlansTwoIndexKeysAndSixChunks) {
   FakeTensor grad{1 * GiB, {6, 7, H}, kBF16}, ti{2 * GiB, {7}, kI64}, tags{3 * GiB, {7}, kI64};
   FakeTensor d_rows{4 * GiB, {9, 6 * H}, kF32};

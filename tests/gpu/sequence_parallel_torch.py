@@ -18,6 +18,10 @@ Cases, for each shard layout (even; one position on rank 0; the last rank empty;
                     summation-order mistake cannot hide behind the bf16 rounding.
   adaln_row_gather  exactjit.distributed.adaln_row_gather (batch 1): the six chunks' rows, the
                     (3T, 6H) table gradient and its fp32 sums, byte for byte.
+  rms_norm          exactjit.distributed.rms_norm, modulated (shift/scale views of the table) and
+                    plain, with a trainable weight: out and dx rows, dweight and the table gradient.
+  gate_residual_rms_norm  the fused op (modulated, weighted; h and out both used): h, out,
+                    d_residual and d_y rows, dweight and the table gradient (gate, shift, scale).
   control           (first layout only) the naive split, each rank's own single-GPU backward of its
                     shard (fp32 sums) summed over ranks, must NOT give the single-GPU sums: it shows
                     that the comparison fails where the summation order is not kept.
@@ -129,6 +133,68 @@ def adaln_row_gather_case(xj, xd, sizes, hidden, dtype, device, seed):
             ("d_rows as fp32 sums", *compare(sums, ref_sums))]
 
 
+def rms_norm_case(xj, xd, sizes, batch, hidden, dtype, device, seed):
+    steps, tags = packed_keys(sum(sizes), device)
+    keys = steps * 3 + tags
+    seq, eps = keys.shape[0], 1e-6
+    table = draw((3 * TIMESTEPS, 6 * hidden), dtype, device, seed)
+    weight = draw((hidden,), dtype, device, seed + 1)
+    x, grad = (draw((batch, seq, hidden), dtype, device, seed + i) for i in (2, 3))
+    plan = xd.SequencePlan(keys, 3 * TIMESTEPS, sizes, batch=batch)
+    a, b = plan.start, plan.start + plan.size
+    checks = []
+    for modulated in (True, False):
+        def views(t):
+            return dict(shift=t[:, :hidden], scale=t[:, hidden:2 * hidden]) if modulated else {}
+        ref_table, ref_weight, ref_x = (t.clone().requires_grad_() for t in (table, weight, x))
+        ref_out = xj.rms_norm(ref_x, ref_weight, eps, index=keys if modulated else None, **views(ref_table))
+        ref_out.backward(grad)
+        sp_table, sp_weight = table.clone().requires_grad_(), weight.clone().requires_grad_()
+        sp_x = x[:, a:b].contiguous().requires_grad_()
+        out = xd.rms_norm(sp_x, sp_weight, eps, plan, **views(sp_table))
+        out.backward(grad[:, a:b].contiguous())
+        torch.cuda.synchronize()
+        form = "modulated" if modulated else "plain"
+        checks += [(f"{form}: out", *compare(out, ref_out[:, a:b].contiguous())),
+                   (f"{form}: dx", *compare(sp_x.grad, ref_x.grad[:, a:b].contiguous())),
+                   (f"{form}: dweight", *compare(sp_weight.grad, ref_weight.grad))]
+        if modulated:
+            checks.append((f"{form}: d_table (via shift, scale)", *compare(sp_table.grad, ref_table.grad)))
+    return checks
+
+
+def fused_case(xj, xd, sizes, batch, hidden, dtype, device, seed):
+    steps, tags = packed_keys(sum(sizes), device)
+    keys = steps * 3 + tags
+    seq, eps = keys.shape[0], 1e-6
+    table = draw((3 * TIMESTEPS, 6 * hidden), dtype, device, seed)
+    weight = draw((hidden,), dtype, device, seed + 1)
+    residual, y, grad_h, grad_out = (draw((batch, seq, hidden), dtype, device, seed + i) for i in (2, 3, 4, 5))
+
+    def views(t):
+        return t[:, 2 * hidden:3 * hidden], dict(shift=t[:, :hidden], scale=t[:, hidden:2 * hidden])
+
+    ref = [t.clone().requires_grad_() for t in (table, weight, residual, y)]
+    gate, modulation = views(ref[0])
+    ref_h, ref_out = xj.gate_residual_rms_norm(ref[2], gate, keys, ref[3], ref[1], eps, **modulation)
+    torch.autograd.backward((ref_h, ref_out), (grad_h, grad_out))
+    plan = xd.SequencePlan(keys, 3 * TIMESTEPS, sizes, batch=batch)
+    a, b = plan.start, plan.start + plan.size
+
+    def shard(t):
+        return t[:, a:b].contiguous()
+    sp = [table.clone().requires_grad_(), weight.clone().requires_grad_(), shard(residual).requires_grad_(),
+          shard(y).requires_grad_()]
+    gate, modulation = views(sp[0])
+    h, out = xd.gate_residual_rms_norm(sp[2], gate, sp[3], sp[1], eps, plan, **modulation)
+    torch.autograd.backward((h, out), (shard(grad_h), shard(grad_out)))
+    torch.cuda.synchronize()
+    return [("h", *compare(h, shard(ref_h))), ("out", *compare(out, shard(ref_out))),
+            ("d_residual", *compare(sp[2].grad, shard(ref[2].grad))), ("d_y", *compare(sp[3].grad, shard(ref[3].grad))),
+            ("dweight", *compare(sp[1].grad, ref[1].grad)),
+            ("d_table (gate, shift, scale)", *compare(sp[0].grad, ref[0].grad))]
+
+
 def naive_control(xj, inputs, hidden):
     """Each rank's single-GPU backward of its own shard (fp32 sums), all-reduced: must differ from
     the single-GPU fp32 sums."""
@@ -166,6 +232,9 @@ def worker(rank, world, args, init_file, result_file):
         if batch == 1:
             results += [dict(layout=layout, op="adaln_row_gather", quantity=q, ok=ok, detail=d)
                         for q, ok, d in adaln_row_gather_case(xj, xd, sizes, args.hidden, dtype, device, 10 * n + 5)]
+        for op, case in (("rms_norm", rms_norm_case), ("gate_residual_rms_norm", fused_case)):
+            results += [dict(layout=layout, op=op, quantity=q, ok=ok, detail=d)
+                        for q, ok, d in case(xj, xd, sizes, batch, args.hidden, dtype, device, 10 * n + 7)]
         print(f"rank {rank}: {layout}: {time.perf_counter() - start:.2f} s", flush=True)
     gathered = [None] * world
     dist.all_gather_object(gathered, results)

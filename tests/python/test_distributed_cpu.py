@@ -77,6 +77,74 @@ class ModelRuntime:
                 for tiles in tiles_of(steps * 3 + tags, seq, table_rows)]
         return torch.stack(rows).to(dtype or grad.dtype)
 
+    # rms_norm: out = x * rstd * w * (1 + scale[k]) + shift[k]; its parameter sums over tiles of the
+    # index's plan (modulated: dshift += g, dscale += g * n, n = w * xhat, dweight's tiles += g * m *
+    # xhat, every tile folded in order into one row) or of 256 consecutive rows (plain: g * xhat).
+    def _rms_norm(self, x, weight, eps, shift, scale, index, return_rstd):
+        flat = x.reshape(-1, x.shape[-1])
+        rstd = torch.rsqrt(flat.pow(2).mean(1) + eps)
+        out = flat * rstd[:, None] * (1 if weight is None else weight)
+        if scale is not None:
+            keys = index.repeat(flat.shape[0] // index.shape[0])
+            out = out * (1 + scale[keys]) + shift[keys]
+        return out.view(x.shape), rstd
+
+    def _norm_terms(self, grad, x, weight, rstd, scale, index):
+        """Per row: (dshift, dscale, dweight) terms and dx, and each row's table row (plain: 0)."""
+        g, v = grad.reshape(-1, x.shape[-1]), x.reshape(-1, x.shape[-1])
+        xhat = v * rstd.reshape(-1, 1)
+        w = 1 if weight is None else weight
+        keys = (torch.zeros(g.shape[0], dtype=torch.int64) if scale is None
+                else index.repeat(g.shape[0] // index.shape[0]))
+        m = 1 if scale is None else 1 + scale[keys]
+        return (g, g * (w * xhat), g * m * xhat), g * m * w * rstd.reshape(-1, 1), keys
+
+    def _norm_tiles(self, x, scale, index):
+        rows = x.numel() // x.shape[-1]
+        if scale is None:
+            return [list(range(a, min(a + TILE, rows))) for a in range(0, rows, TILE)]
+        return [t for tiles in tiles_of(index, rows, scale.shape[0]) for t in tiles]
+
+    def rms_norm_backward(self, grad, x, weight, rstd, eps, scale=None, index=None, need_dx=True, need_dweight=None,
+                          need_dshift=None, need_dscale=None):
+        terms, dx, _ = self._norm_terms(grad, x, weight, rstd, scale, index)
+        p_shift, p_scale, p_weight = self.rms_norm_backward_tile_partials(grad, x, weight, rstd, scale=scale,
+                                                                          index=index)
+        dshift = dscale = None
+        if scale is not None:
+            dshift, dscale = (self.segment_fold(p, index, scale.shape[0], rows=grad.numel() // x.shape[-1],
+                                                dtype=scale.dtype) for p in (p_shift, p_scale))
+        tiles = len(self._norm_tiles(x, scale, index))
+        dweight = None if weight is None else add_in_order(p_weight[:tiles], x.shape[-1])
+        return dx.view(x.shape) if need_dx else None, dweight, dshift, dscale
+
+    def rms_norm_backward_tile_partials(self, grad, x, weight, rstd, scale=None, index=None, need_dweight=None,
+                                        need_dshift=None, need_dscale=None):
+        terms, _, _ = self._norm_terms(grad, x, weight, rstd, scale, index)
+        tiles = self._norm_tiles(x, scale, index)
+        bound = -(-(x.numel() // x.shape[-1]) // TILE) + (0 if scale is None else scale.shape[0])
+        wanted = (scale is not None and need_dshift is not False, scale is not None and need_dscale is not False,
+                  weight is not None and need_dweight is not False)
+        out = []
+        for term, want in zip(terms, wanted):
+            partials = torch.full((bound, x.shape[-1]), float("nan")) if want else None  # past the tiles: unwritten
+            for t, tile in enumerate(tiles if want else []):
+                partials[t] = add_in_order(term[tile], x.shape[-1])
+            out.append(partials)
+        return tuple(out)
+
+    def _gate_residual_rms_norm(self, residual, gate, index, y, weight, eps, shift, scale, return_rstd):
+        h = self._gate_residual(residual, gate, index, y, None)
+        return (h, *self._rms_norm(h, weight, eps, shift, scale, index, return_rstd))
+
+    def gate_residual_rms_norm_backward(self, grad_out, grad_h, h, y, gate, index, weight, rstd, eps, scale=None,
+                                        need_d_y=True, need_d_gate=True, need_d_weight=None, need_d_shift=None,
+                                        need_d_scale=None):
+        dx, dweight, dshift, dscale = self.rms_norm_backward(grad_out, h, weight, rstd, eps, scale=scale, index=index)
+        d_residual = dx if grad_h is None else dx + grad_h
+        d_y, d_gate = self.gate_residual_backward(d_residual, gate, index, y, need_d_y, need_d_gate)
+        return d_residual, d_y, d_gate, dweight, dshift, dscale
+
     def segment_fold(self, partials, index, table_rows, rows=None, dtype=None):
         at, out = 0, []
         for tiles in tiles_of(index, rows or index.shape[0], table_rows):
@@ -133,10 +201,70 @@ def rank_main(rank, world, sizes, batch, folder):
         torch.autograd.backward(chunks, rows_grad[:, a:b].unbind(0))
         if not torch.equal(leaf.grad, ref_rows):
             problems.append("adaln_row_gather d_rows differs from the single-GPU sums")
+    problems += norm_problems(model, xd, plan, keys, table, batch, hidden)
     if problems:
         with open(os.path.join(folder, f"rank{rank}.txt"), "w") as f:
             f.write("; ".join(problems))
     dist.destroy_process_group()
+
+
+def norm_problems(model, xd, plan, keys, table, batch, hidden):
+    """rms_norm (modulated and plain) and gate_residual_rms_norm on this rank's shard against the
+    model's single-GPU backward, and the naive split of dweight as the control."""
+    problems, eps, seq = [], 1e-6, keys.shape[0]
+    a, b = plan.start, plan.start + plan.size
+    x, residual, y, grad_out, grad_h = (torch.randn(batch, seq, hidden) for _ in range(5))
+    weight = torch.randn(hidden)
+    shift, scale, gate = (table[:, i * hidden:(i + 1) * hidden] for i in range(3))
+
+    def shard(t):
+        return t[:, a:b].contiguous()
+
+    def leaves():
+        return table.clone().requires_grad_(), weight.clone().requires_grad_()
+
+    def compare(name, got, want):
+        if got is None or not torch.equal(got.view(torch.int32), want.view(torch.int32)):
+            problems.append(f"{name} differs from the single-GPU sums")
+
+    for modulated in (True, False):
+        form = "modulated" if modulated else "plain"
+        _, rstd = model._rms_norm(x, weight, eps, shift, scale, keys, True) if modulated else \
+            model._rms_norm(x, weight, eps, None, None, None, True)
+        dx, dweight, dshift, dscale = model.rms_norm_backward(grad_out, x, weight, rstd, eps,
+                                                              scale=scale if modulated else None, index=keys)
+        leaf, leaf_weight = leaves()
+        x_shard = shard(x).requires_grad_()
+        views = dict(shift=leaf[:, :hidden], scale=leaf[:, hidden:2 * hidden]) if modulated else {}
+        xd.rms_norm(x_shard, leaf_weight, eps, plan, **views).backward(shard(grad_out))
+        compare(f"rms_norm ({form}) dweight", leaf_weight.grad, dweight)
+        compare(f"rms_norm ({form}) dx", x_shard.grad, shard(dx))
+        if modulated:
+            compare("rms_norm dshift", leaf.grad[:, :hidden], dshift)
+            compare("rms_norm dscale", leaf.grad[:, hidden:2 * hidden], dscale)
+            naive = (model.rms_norm_backward(shard(grad_out), shard(x), weight, rstd.view(batch, seq)[:, a:b], eps,
+                                             scale=scale, index=keys[a:b])[1] if b > a else torch.zeros(hidden))
+            dist.all_reduce(naive)
+            moved = torch.tensor([sum(plan.receive_counts)])
+            dist.all_reduce(moved)
+            if int(moved) > 0 and torch.equal(naive, dweight):
+                problems.append("the naive split of dweight gave the single-GPU bits: the check cannot fail")
+
+    h, _, rstd = model._gate_residual_rms_norm(residual, gate, keys, y, weight, eps, shift, scale, True)
+    d_residual, d_y, d_gate, dweight, dshift, dscale = model.gate_residual_rms_norm_backward(
+        grad_out, grad_h, h, y, gate, keys, weight, rstd, eps, scale=scale)
+    leaf, leaf_weight = leaves()
+    residual_shard, y_shard = shard(residual).requires_grad_(), shard(y).requires_grad_()
+    outputs = xd.gate_residual_rms_norm(residual_shard, leaf[:, 2 * hidden:3 * hidden], y_shard, leaf_weight, eps,
+                                        plan, shift=leaf[:, :hidden], scale=leaf[:, hidden:2 * hidden])
+    torch.autograd.backward(outputs, (shard(grad_h), shard(grad_out)))
+    for name, got, want in (("d_residual", residual_shard.grad, shard(d_residual)), ("d_y", y_shard.grad, shard(d_y)),
+                            ("d_gate", leaf.grad[:, 2 * hidden:3 * hidden], d_gate), ("dweight", leaf_weight.grad,
+                                                                                      dweight),
+                            ("dshift", leaf.grad[:, :hidden], dshift), ("dscale", leaf.grad[:, hidden:2 * hidden],
+                                                                        dscale)):
+        compare(f"gate_residual_rms_norm {name}", got, want)
+    return problems
 
 
 @unittest.skipUnless(HAS_GLOO, "needs torch with gloo")

@@ -5,6 +5,8 @@
 // SiLU). bf16 weights (the AdaLN projections, out = rT(x @ W^T + b), x = rT(silu(temb)) or
 // rT(temb)): grad bf16 or fp32, d_input is d_temb (fp32, through the cast as identity and SiLU's
 // derivative at temb), d_weight and d_bias bf16 (one rounding each).
+// Tensor parallelism (docs/tensor-parallel.md): the per-chunk partials of d_input as an output
+// (DetLinearBackwardArgs::partials) and their fold as an entry point (det_linear_input_fold).
 #pragma once
 
 #include "codegen/op_row.hpp"
@@ -33,7 +35,30 @@ struct DetLinearBackwardArgs {
   const DLTensor* d_bias;          ///< (N,) in the weight's dtype, or null
   const DLTensor* workspace;       ///< uint8, det_linear_backward_workspace bytes (needed for d_input)
   bool silu;                       ///< fp32: SiLU on the output; bf16: SiLU on temb before the cast
+  /// (ceil(N / chunk), T, K) float32 (chunk: det_linear_input_chunk), or null: the input pass's
+  /// per-chunk partials of d_input, written here and not folded, in place of d_input and the
+  /// workspace (tensor parallelism: det_linear_input_fold folds every rank's; the entry point
+  /// xj_det_linear_backward_partials, whose name the messages then carry).
+  const DLTensor* partials = nullptr;
 };
+
+/// The fold of given per-chunk partials into d_input (det_linear_input_fold, the fold kernel's own
+/// entry point): the partials of every chunk of the outputs in order, computed anywhere (each rank
+/// its column shard's chunks, in tensor parallelism: docs/tensor-parallel.md), added in ascending
+/// chunk order, compensated, then (bf16 weights with SiLU) through SiLU's derivative at temb: the
+/// bits the backward's own fold gives for those partials (it is the same launch).
+struct DetLinearInputFoldArgs {
+  const DLTensor& partials;  ///< (C, T, K) float32 contiguous: chunk c's partials in [c]
+  const DLTensor& x;         ///< (T, K) float32, the forward's input (bf16 weights: temb, before SiLU)
+  const DLTensor& d_input;   ///< (T, K) float32
+  bool bf16_weights;         ///< the forward's weight dtype: bf16 (else fp32)
+  bool silu;                 ///< the forward's; with bf16 weights the fold applies SiLU's derivative
+};
+
+/// Outputs per d_input chunk: kDetLinearBf16Chunk for bf16 weights, kDetLinearFp32Chunk for fp32.
+int64_t det_linear_input_chunk(bool bf16_weights);
+
+llvm::Expected<LaunchSequence> plan_det_linear_input_fold(const DetLinearInputFoldArgs& args);
 
 /// Workspace bytes: the d_input partials, ceil(N / 64) x T x K floats, enough for either weight
 /// dtype's chunks (-1: invalid shapes).
@@ -46,6 +71,8 @@ llvm::Expected<LaunchSequence> plan_det_linear_backward(const DetLinearBackwardA
 /// of fma chains over kDetLinearBf16Group outputs; the fold stages kDetLinearFoldColumns columns
 /// per block; the weight grad stages g for kDetLinearWeightStage rows at a time.
 inline constexpr int kDetLinearBf16Chunk = 256;
+/// The fp32 backward's d_input chunk: 64 outputs, folded by segment_fold (templates/det_linear_grad.cuh).
+inline constexpr int kDetLinearFp32Chunk = 64;
 inline constexpr int kDetLinearBf16Group = 8;
 inline constexpr int kDetLinearFoldColumns = 16;
 inline constexpr int kDetLinearWeightStage = 64;

@@ -134,6 +134,26 @@ XJ_API exactjit_status_t xj_det_linear_backward(xj_runtime* runtime, const DLTen
                                                 const DLTensor* d_weight, const DLTensor* d_bias,
                                                 const DLTensor* workspace, int silu, void* stream);
 
+/* Tensor parallelism over det_linear's outputs (docs/tensor-parallel.md): d_input is a fold of
+ * per-chunk partials, chunk c covering outputs [c * chunk, (c + 1) * chunk) with chunk =
+ * xj_det_linear_input_chunk (256 for bf16 weights, 64 for fp32). A rank holding whole chunks of
+ * the weight's rows computes their partials; the partials of every chunk, gathered in chunk order,
+ * fold into the bits xj_det_linear_backward gives on one GPU. */
+XJ_API long long xj_det_linear_input_chunk(int bf16_weights);
+/* xj_det_linear_backward with partials (ceil(N / chunk), T, K) float32 contiguous in place of
+ * d_input and the workspace: the input pass's per-chunk partials, written, not folded. */
+XJ_API exactjit_status_t xj_det_linear_backward_partials(xj_runtime* runtime, const DLTensor* grad,
+                                                         const DLTensor* pre_activation, const DLTensor* x,
+                                                         const DLTensor* weight, const DLTensor* partials,
+                                                         const DLTensor* d_weight, const DLTensor* d_bias, int silu,
+                                                         void* stream);
+/* d_input (T, K) float32 from the partials (C, T, K) float32 of every chunk in order: added in
+ * ascending c, compensated; with bf16 weights and silu then through SiLU's derivative at x (T, K)
+ * float32, the forward's temb (fp32 weights: SiLU is on the output, its derivative inside the
+ * partials). bf16_weights and silu: the forward's. */
+XJ_API exactjit_status_t xj_det_linear_input_fold(xj_runtime* runtime, const DLTensor* partials, const DLTensor* x,
+                                                  const DLTensor* d_input, int bf16_weights, int silu, void* stream);
+
 /* Backward passes (NUMERICS.md; docs/backward.md): deterministic (bit-for-bit repeatable, no
  * atomics in any floating-point sum), no host synchronisation, safe under CUDA graph capture.
  * Sums over positions are segment sums: positions grouped by table row in ascending flattened

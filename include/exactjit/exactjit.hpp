@@ -117,6 +117,18 @@ class Runtime {
                                  silu, stream));
   }
 
+  /// Tensor parallelism (exactjit.h: xj_det_linear_backward_partials, xj_det_linear_input_fold).
+  void det_linear_backward_partials(const DLTensor& grad, const DLTensor* pre_activation, const DLTensor& x,
+                                    const DLTensor& weight, const DLTensor& partials, const DLTensor* d_weight,
+                                    const DLTensor* d_bias, bool silu, void* stream = nullptr) {
+    check(xj_det_linear_backward_partials(handle_, &grad, pre_activation, &x, &weight, &partials, d_weight, d_bias,
+                                          silu, stream));
+  }
+  void det_linear_input_fold(const DLTensor& partials, const DLTensor& x, const DLTensor& d_input, bool bf16_weights,
+                             bool silu, void* stream = nullptr) {
+    check(xj_det_linear_input_fold(handle_, &partials, &x, &d_input, bf16_weights, silu, stream));
+  }
+
   void gate_residual_backward(const DLTensor& grad, const DLTensor& gate, const DLTensor& index, const DLTensor& y,
                               const DLTensor* d_y, const DLTensor* d_gate, const DLTensor* workspace,
                               void* stream = nullptr) {

@@ -48,10 +48,11 @@ def _operators():
 
 def __getattr__(name):
     """Submodules that import torch, loaded on first access: exactjit.ops (the operator
-    registrations), exactjit.nn, exactjit.integrations, exactjit.distributed."""
+    registrations), exactjit.nn, exactjit.integrations, exactjit.distributed,
+    exactjit.tensor_parallel."""
     if name == "ops":
         return _operators()
-    if name in ("nn", "integrations", "distributed"):
+    if name in ("nn", "integrations", "distributed", "tensor_parallel"):
         import importlib
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

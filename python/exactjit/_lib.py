@@ -109,6 +109,12 @@ SIGNATURES = {
     "xj_det_linear_backward_workspace_bytes": (c_longlong, [c_longlong] * 3),
     # runtime, grad, pre_activation, x, weight, d_input, d_weight, d_bias, workspace, silu, stream
     "xj_det_linear_backward": (c_int, [c_void_p] + [_tensor] * 8 + [c_int, c_void_p]),
+    # Tensor parallelism. bf16_weights -> outputs per d_input chunk
+    "xj_det_linear_input_chunk": (c_longlong, [c_int]),
+    # runtime, grad, pre_activation, x, weight, partials, d_weight, d_bias, silu, stream
+    "xj_det_linear_backward_partials": (c_int, [c_void_p] + [_tensor] * 7 + [c_int, c_void_p]),
+    # runtime, partials, x, d_input, bf16_weights, silu, stream
+    "xj_det_linear_input_fold": (c_int, [c_void_p] + [_tensor] * 3 + [c_int, c_int, c_void_p]),
     # Backward passes. (rows M, seq S, table_rows R, hidden H) -> bytes, -1 for invalid shapes.
     "xj_gate_residual_backward_workspace_bytes": (c_longlong, [c_longlong] * 4),
     # runtime, grad, gate, index, y, d_y, d_gate, workspace, stream

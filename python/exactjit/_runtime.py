@@ -130,6 +130,34 @@ def _c_string(value):
 
 
 
+def _det_linear_backward_inputs(torch, op, grad, x, weight, pre_activation):
+    """(grad, x) as det_linear's backward entry points take them: bfloat16 weights consume a
+    bfloat16 or float32 gradient as is and x (temb) as float32, and have no pre_activation; float32
+    weights take a float32 gradient."""
+    if weight.dtype != torch.bfloat16:
+        return grad.float().contiguous(), x
+    if pre_activation is not None:
+        raise invalid_argument(f"{op}: pre_activation must be None for bfloat16 weights")
+    grad = grad if grad.dtype in (torch.bfloat16, torch.float32) else grad.float()
+    return grad.contiguous(), x.float().contiguous()
+
+
+def _det_linear_parameter_grads(torch, x, weight, need_weight, need_bias):
+    """Fresh (d_weight, d_bias) for det_linear's backward, None where not asked for: in the
+    weight's dtype for bfloat16 weights, else float32."""
+    dtype = weight.dtype if weight.dtype == torch.bfloat16 else torch.float32
+    d_weight = torch.empty_like(weight, dtype=dtype) if need_weight else None
+    d_bias = torch.empty((weight.shape[0],), dtype=dtype, device=x.device) if need_bias else None
+    return d_weight, d_bias
+
+
+def _bf16_weights(torch, op, weight_dtype):
+    """Whether det_linear's weights are bfloat16 (else float32, the only other dtype it takes)."""
+    if weight_dtype not in (torch.bfloat16, torch.float32):
+        raise invalid_argument(f"{op}: weight_dtype must be torch.bfloat16 or torch.float32 (got {weight_dtype})")
+    return weight_dtype == torch.bfloat16
+
+
 def _pack_optional(torch, op, names, values):
     """(what keeps the DLTensors alive, their pointers in `names` order with None for each absent
     value): the packing of every call that takes optional tensors."""
@@ -428,19 +456,10 @@ class Runtime:
         forward (d_input goes through SiLU's derivative at temb); pre_activation must be None."""
         torch = _import_torch()
         op = "det_linear_backward"
-        bf16 = weight.dtype == torch.bfloat16
-        if bf16:
-            if pre_activation is not None:
-                raise invalid_argument(f"{op}: pre_activation must be None for bfloat16 weights")
-            grad = (grad if grad.dtype in (torch.bfloat16, torch.float32) else grad.float()).contiguous()
-            x = x.float().contiguous()
-        else:
-            grad = grad.float().contiguous()
+        grad, x = _det_linear_backward_inputs(torch, op, grad, x, weight, pre_activation)
         rows, in_features, out_features = x.shape[0], x.shape[1], weight.shape[0]
         d_input = torch.empty_like(x, dtype=torch.float32) if need_input else None
-        d_weight = torch.empty_like(weight, dtype=weight.dtype if bf16 else torch.float32) if need_weight else None
-        d_bias = (torch.empty((out_features,), dtype=weight.dtype if bf16 else torch.float32, device=x.device)
-                  if need_bias else None)
+        d_weight, d_bias = _det_linear_parameter_grads(torch, x, weight, need_weight, need_bias)
         workspace = (_workspace(torch, op, "xj_det_linear_backward_workspace_bytes", x.device, rows=rows,
                                 in_features=in_features, out_features=out_features) if need_input else None)
         names = ("grad", "pre_activation", "x", "weight", "d_input", "d_weight", "d_bias", "workspace")
@@ -451,6 +470,62 @@ class Runtime:
         del packed
         _lib.check(status, "xj_det_linear_backward")
         return d_input, d_weight, d_bias
+
+    # Tensor parallelism over det_linear's outputs (exactjit.tensor_parallel, docs/tensor-parallel.md):
+    # d_input is a fold of per-chunk partials; a rank computes its chunks', every rank folds all.
+
+    @staticmethod
+    def det_linear_input_chunk(weight_dtype):
+        """Outputs per chunk of det_linear's d_input partials: 256 for bfloat16 weights, 64 for
+        float32. A column shard of whole chunks computes exactly its chunks' partials."""
+        torch = _import_torch()
+        bf16 = _bf16_weights(torch, "det_linear_input_chunk", weight_dtype)
+        return int(_lib.function("xj_det_linear_input_chunk")(int(bf16)))
+
+    def det_linear_backward_partials(self, grad, x, weight, pre_activation=None, *, silu=False, need_weight=True,
+                                     need_bias=True):
+        """det_linear_backward with d_input left as its per-chunk partials, not folded:
+        (partials (C, T, K) float32, d_weight, d_bias), C = ceil(N / det_linear_input_chunk), chunk c
+        the outputs [c * chunk, (c + 1) * chunk) of this weight's N. Arguments as det_linear_backward's.
+        The partials of every chunk of the whole layer, in order, fold into its d_input
+        (det_linear_input_fold)."""
+        fn = _lib.function("xj_det_linear_backward_partials")
+        torch = _import_torch()
+        op = "det_linear_backward_partials"
+        _require_tensors(torch, op, grad=grad, x=x, weight=weight)
+        grad, x = _det_linear_backward_inputs(torch, op, grad, x, weight, pre_activation)
+        chunk = self.det_linear_input_chunk(weight.dtype)
+        partials = torch.empty((-(-weight.shape[0] // chunk), x.shape[0], x.shape[1]), dtype=torch.float32,
+                               device=x.device)
+        d_weight, d_bias = _det_linear_parameter_grads(torch, x, weight, need_weight, need_bias)
+        names = ("grad", "pre_activation", "x", "weight", "partials", "d_weight", "d_bias")
+        values = (grad, pre_activation, x, weight, partials, d_weight, d_bias)
+        stream = _current_stream(x.get_device()) if x.is_cuda else None
+        packed, args = _pack_optional(torch, op, names, values)
+        status = fn(self._live(), *args, int(bool(silu)), stream)
+        del packed
+        _lib.check(status, "xj_det_linear_backward_partials")
+        return partials, d_weight, d_bias
+
+    def det_linear_input_fold(self, partials, x, *, weight_dtype, silu=False):
+        """det_linear's d_input (T, K) float32 from the partials (C, T, K) float32 of every chunk of
+        its outputs, in chunk order (e.g. every rank's det_linear_backward_partials, gathered): added
+        in ascending chunk order, compensated, then for bfloat16 weights with silu through SiLU's
+        derivative at x, the forward's temb: the bits det_linear_backward gives on one GPU.
+        weight_dtype and silu: the forward's."""
+        fn = _lib.function("xj_det_linear_input_fold")
+        torch = _import_torch()
+        op = "det_linear_input_fold"
+        _require_tensors(torch, op, partials=partials, x=x)
+        bf16 = _bf16_weights(torch, op, weight_dtype)
+        x = x.float().contiguous()
+        d_input = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+        stream = _current_stream(x.get_device()) if x.is_cuda else None
+        packed, tensors = pack(torch, op, ("partials", "x", "d_input"), (partials, x, d_input))
+        status = fn(self._live(), *tensors, int(bf16), int(bool(silu)), stream)
+        del packed
+        _lib.check(status, "xj_det_linear_input_fold")
+        return d_input
 
     # Backward passes (NUMERICS.md): deterministic, no host synchronisation, CUDA-graph safe. Each
     # launches on torch's current stream of the tensors' device and returns at once; a bad index

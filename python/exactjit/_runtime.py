@@ -104,6 +104,30 @@ def _workspace_bytes(function, **counts):
     return int(nbytes)
 
 
+def _rms_norm_grad_request(torch, op, grad, x, weight, rstd, scale, index, need_dweight, need_dshift, need_dscale):
+    """rms_norm's backward entry points' checks and defaults: (need_dweight, need_dshift,
+    need_dscale, H, M, S, R). need_dweight defaults to "weight is given", need_dshift and need_dscale
+    to "modulated"; a gradient without its parameter is refused; plain, S = 1 as in the forward."""
+    _require_tensors(torch, op, grad=grad, x=x, rstd=rstd)
+    for name, value in (("weight", weight), ("scale", scale), ("index", index)):
+        if value is not None and not isinstance(value, torch.Tensor):
+            raise invalid_argument(f"{op}: {name} must be a torch.Tensor or None, got {type(value).__name__}")
+    modulated = scale is not None or index is not None
+    need_dweight = weight is not None if need_dweight is None else bool(need_dweight)
+    need_dshift = modulated if need_dshift is None else bool(need_dshift)
+    need_dscale = modulated if need_dscale is None else bool(need_dscale)
+    if need_dweight and weight is None:
+        raise invalid_argument(f"{op}: dweight asked for but the forward had no weight")
+    if (need_dshift or need_dscale) and scale is None:
+        raise invalid_argument(f"{op}: dshift/dscale asked for but scale and index were not given "
+                               "(the plain norm has no table)")
+    hidden = x.shape[-1] if x.dim() >= 1 else 0
+    rows = x.numel() // hidden if hidden else 0
+    table_rows = (scale.shape[0] if scale.dim() == 2 else 0) if scale is not None else 0
+    seq = (index.shape[0] if index.dim() == 1 else 0) if index is not None else 1
+    return need_dweight, need_dshift, need_dscale, hidden, rows, seq, table_rows
+
+
 def _workspace(torch, op, function, device, **counts):
     """A fresh uint8 workspace of the bytes `function` asks for, from torch's caching allocator.
 
@@ -604,29 +628,14 @@ class Runtime:
         fn = _lib.function("xj_rms_norm_backward")
         torch = _import_torch()
         op = "rms_norm_backward"
-        _require_tensors(torch, op, grad=grad, x=x, rstd=rstd)
         if eps is None:
             eps = torch.finfo(torch.float32).eps
-        for name, value in (("weight", weight), ("scale", scale), ("index", index)):
-            if value is not None and not isinstance(value, torch.Tensor):
-                raise invalid_argument(f"{op}: {name} must be a torch.Tensor or None, got {type(value).__name__}")
-        modulated = scale is not None or index is not None
-        need_dweight = weight is not None if need_dweight is None else bool(need_dweight)
-        need_dshift = modulated if need_dshift is None else bool(need_dshift)
-        need_dscale = modulated if need_dscale is None else bool(need_dscale)
-        if need_dweight and weight is None:
-            raise invalid_argument(f"{op}: dweight asked for but the forward had no weight")
-        if (need_dshift or need_dscale) and scale is None:
-            raise invalid_argument(f"{op}: dshift/dscale asked for but scale and index were not given "
-                                   "(the plain norm has no table)")
+        need_dweight, need_dshift, need_dscale, hidden, rows, seq, table_rows = _rms_norm_grad_request(
+            torch, op, grad, x, weight, rstd, scale, index, need_dweight, need_dshift, need_dscale)
         if not (need_dx or need_dweight or need_dshift or need_dscale):
             return None, None, None, None
         grad = grad.contiguous()
         rstd = rstd.reshape(-1)  # (M,), as the C ABI documents it
-        hidden = x.shape[-1] if x.dim() >= 1 else 0
-        rows = x.numel() // hidden if hidden else 0
-        table_rows = (scale.shape[0] if scale.dim() == 2 else 0) if scale is not None else 0
-        seq = (index.shape[0] if index.dim() == 1 else 0) if index is not None else 1  # plain: S = 1, as the forward
         dx = torch.empty_like(x, memory_format=torch.contiguous_format) if need_dx else None
         dweight = torch.empty((hidden,), dtype=weight.dtype, device=weight.device) if need_dweight else None
         dshift = torch.empty((table_rows, hidden), dtype=scale.dtype, device=scale.device) if need_dshift else None
@@ -655,22 +664,12 @@ class Runtime:
         fn = _lib.function("xj_rms_norm_backward_tile_partials")
         torch = _import_torch()
         op = "rms_norm_backward_tile_partials"
-        _require_tensors(torch, op, grad=grad, x=x, rstd=rstd)
-        for name, value in (("weight", weight), ("scale", scale), ("index", index)):
-            if value is not None and not isinstance(value, torch.Tensor):
-                raise invalid_argument(f"{op}: {name} must be a torch.Tensor or None, got {type(value).__name__}")
-        modulated = scale is not None or index is not None
-        need_dweight = weight is not None if need_dweight is None else bool(need_dweight)
-        need_dshift = modulated if need_dshift is None else bool(need_dshift)
-        need_dscale = modulated if need_dscale is None else bool(need_dscale)
+        need_dweight, need_dshift, need_dscale, hidden, rows, seq, table_rows = _rms_norm_grad_request(
+            torch, op, grad, x, weight, rstd, scale, index, need_dweight, need_dshift, need_dscale)
         if not (need_dweight or need_dshift or need_dscale):
             return None, None, None
         grad = grad.contiguous()
         rstd = rstd.reshape(-1)
-        hidden = x.shape[-1] if x.dim() >= 1 else 0
-        rows = x.numel() // hidden if hidden else 0
-        table_rows = (scale.shape[0] if scale.dim() == 2 else 0) if scale is not None else 0
-        seq = (index.shape[0] if index.dim() == 1 else 0) if index is not None else 1
         tiles = _workspace_bytes("xj_rms_norm_backward_partial_tiles", rows=rows, seq=seq, table_rows=table_rows)
         partials = [torch.empty((tiles, hidden), dtype=torch.float32, device=x.device) if need else None
                     for need in (need_dshift, need_dscale, need_dweight)]

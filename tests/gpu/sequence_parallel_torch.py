@@ -31,20 +31,18 @@ Usage: python3 tests/gpu/sequence_parallel_torch.py [--ranks 2,3] [--seq 4097] [
 Exit status: 0 every case passes, 1 a case failed, 2 exactjit, CUDA or torch.distributed unavailable.
 """
 import argparse
-import json
 import os
 import sys
-import tempfile
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "..", "python"))
 sys.path.insert(0, HERE)
 from check_support import DTYPES, compare  # noqa: E402
+from rank_runs import join, leave, report, run_worlds  # noqa: E402
 
 TIMESTEPS = 3
 
@@ -214,9 +212,7 @@ def naive_control(xj, inputs, hidden):
 
 
 def worker(rank, world, args, init_file, result_file):
-    device = torch.device("cuda", rank % torch.cuda.device_count())
-    torch.cuda.set_device(device)
-    dist.init_process_group(args.backend, init_method=f"file://{init_file}", rank=rank, world_size=world)
+    device = join(rank, world, args.backend, init_file)
     import exactjit as xj
     from exactjit import distributed as xd
     results = []
@@ -236,33 +232,7 @@ def worker(rank, world, args, init_file, result_file):
             results += [dict(layout=layout, op=op, quantity=q, ok=ok, detail=d)
                         for q, ok, d in case(xj, xd, sizes, batch, args.hidden, dtype, device, 10 * n + 7)]
         print(f"rank {rank}: {layout}: {time.perf_counter() - start:.2f} s", flush=True)
-    gathered = [None] * world
-    dist.all_gather_object(gathered, results)
-    if rank == 0:
-        rows = [dict(r, rank=q) for q, rank_results in enumerate(gathered) for r in rank_results]
-        with open(result_file, "w") as f:
-            json.dump(rows, f)
-    dist.destroy_process_group()
-
-
-def report(rows, meta, path):
-    lines = ["# exactjit.distributed: sequence-parallel backward against one GPU", "",
-             *[f"- {k}: {v}" for k, v in meta.items()], "",
-             "Every rank checks its own shard's rows and the whole table gradient it ends with.", "",
-             "| layout | op | quantity | ranks passing | detail (first failing rank, else rank 0) |",
-             "|---|---|---|---|---|"]
-    keyed = {}
-    for r in rows:
-        keyed.setdefault((r["layout"], r["op"], r["quantity"]), []).append(r)
-    for (layout, op, quantity), group in keyed.items():
-        passing = sum(r["ok"] for r in group)
-        shown = next((r for r in group if not r["ok"]), group[0])
-        lines.append(f"| {layout} | {op} | {quantity} | {passing}/{len(group)} | {shown['detail']} |")
-    text = "\n".join(lines) + "\n"
-    if path:
-        with open(path, "w") as f:
-            f.write(text)
-    print(text)
+    leave(world, results, result_file)
 
 
 def main():
@@ -281,20 +251,10 @@ def main():
     meta = dict(device=torch.cuda.get_device_name(), devices=torch.cuda.device_count(), backend=args.backend,
                 torch=torch.__version__, commit=os.environ.get("EXACTJIT_COMMIT", "unknown"), seq=args.seq,
                 hidden=args.hidden, dtype=args.dtype)
-    rows = []
-    for world in (int(w) for w in args.ranks.split(",")):
-        with tempfile.TemporaryDirectory() as tmp:
-            result_file = os.path.join(tmp, "results.json")
-            mp.spawn(worker, args=(world, args, os.path.join(tmp, "init"), result_file), nprocs=world)
-            with open(result_file) as f:
-                rows += json.load(f)
-    report(rows, meta, args.report)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(dict(meta=meta, results=rows), f, indent=1)
-    failed = [r for r in rows if not r["ok"]]
-    print(f"sequence_parallel_torch: {len(rows) - len(failed)}/{len(rows)} checks pass")
-    return 1 if failed else 0
+    rows = run_worlds(worker, [int(w) for w in args.ranks.split(",")], args)
+    return report("sequence_parallel_torch", "exactjit.distributed: sequence-parallel backward against one GPU",
+                  "Every rank checks its own shard's rows and the whole table gradient it ends with.",
+                  ("layout", "op", "quantity"), rows, meta, args)
 
 
 if __name__ == "__main__":

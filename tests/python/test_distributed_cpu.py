@@ -12,8 +12,6 @@ check can fail. The real
 kernels run in tests/gpu/sequence_parallel_torch.py. Tests that need torch skip without it.
 """
 import importlib.util
-import os
-import tempfile
 import unittest
 
 from package_under_test import REPO  # noqa: F401  (puts the package on sys.path)
@@ -23,7 +21,7 @@ HAS_GLOO = False
 if HAS_TORCH:
     import torch
     import torch.distributed as dist
-    import torch.multiprocessing as mp
+    from gloo_ranks import problems_of_ranks, write_problems
     HAS_GLOO = dist.is_available() and dist.is_gloo_available()
 
 TILE = 256
@@ -202,9 +200,7 @@ def rank_main(rank, world, sizes, batch, folder):
         if not torch.equal(leaf.grad, ref_rows):
             problems.append("adaln_row_gather d_rows differs from the single-GPU sums")
     problems += norm_problems(model, xd, plan, keys, table, batch, hidden)
-    if problems:
-        with open(os.path.join(folder, f"rank{rank}.txt"), "w") as f:
-            f.write("; ".join(problems))
+    write_problems(folder, rank, problems)
     dist.destroy_process_group()
 
 
@@ -273,14 +269,8 @@ class SequenceParallelOnCpuRanks(unittest.TestCase):
         layouts = [([355, 1000 - 355], 1), ([1, 999], 2), ([1000, 0], 1), ([0, 300, 700], 1),
                    ([260, 40, 700], 2), ([100, 150, 5, 745], 1)]
         for sizes, batch in layouts:
-            with self.subTest(sizes=sizes, batch=batch), tempfile.TemporaryDirectory() as tmp:
-                mp.spawn(rank_main, args=(len(sizes), sizes, batch, tmp), nprocs=len(sizes))
-                found = {}
-                for name in sorted(os.listdir(tmp)):
-                    if name.startswith("rank"):
-                        with open(os.path.join(tmp, name)) as f:
-                            found[name[:-4]] = f.read()
-                self.assertEqual(found, {})
+            with self.subTest(sizes=sizes, batch=batch):
+                self.assertEqual(problems_of_ranks(rank_main, len(sizes), sizes, batch), {})
 
 
 if __name__ == "__main__":

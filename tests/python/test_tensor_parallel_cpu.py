@@ -13,8 +13,6 @@ all-reduced) must not, which shows the check can fail. The real kernels run in
 tests/gpu/tensor_parallel_torch.py. Tests that need torch skip without it.
 """
 import importlib.util
-import os
-import tempfile
 import unittest
 
 from package_under_test import REPO  # noqa: F401  (puts the package on sys.path)
@@ -24,7 +22,7 @@ HAS_GLOO = False
 if HAS_TORCH:
     import torch
     import torch.distributed as dist
-    import torch.multiprocessing as mp
+    from gloo_ranks import problems_of_ranks, write_problems
     HAS_GLOO = dist.is_available() and dist.is_gloo_available()
     CHUNK = {torch.bfloat16: 256, torch.float32: 64}
     BITS = {torch.bfloat16: torch.int16, torch.float32: torch.int32}
@@ -167,9 +165,7 @@ def rank_main(rank, world, folder):
     except Exception as e:  # noqa: BLE001 - the type is checked below
         if type(e).__name__ != "InvalidArgumentError" or "multiple of" not in str(e):
             problems.append(f"ColumnShards refused a bad N with {type(e).__name__}: {e}")
-    if problems:
-        with open(os.path.join(folder, f"rank{rank}.txt"), "w") as f:
-            f.write("; ".join(problems))
+    write_problems(folder, rank, problems)
     dist.destroy_process_group()
 
 
@@ -198,14 +194,8 @@ class RuntimeEntryPoints(unittest.TestCase):
 class TensorParallelOnCpuRanks(unittest.TestCase):
     def test_every_rank_gets_the_single_gpu_bits(self):
         for world in (2, 3):
-            with self.subTest(ranks=world), tempfile.TemporaryDirectory() as tmp:
-                mp.spawn(rank_main, args=(world, tmp), nprocs=world)
-                found = {}
-                for name in sorted(os.listdir(tmp)):
-                    if name.startswith("rank"):
-                        with open(os.path.join(tmp, name)) as f:
-                            found[name[:-4]] = f.read()
-                self.assertEqual(found, {})
+            with self.subTest(ranks=world):
+                self.assertEqual(problems_of_ranks(rank_main, world), {})
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from check_support import compare
+
 
 def join(rank, world, backend, init_file):
     """This process as `rank` of the group; its device: cuda:rank % count (every rank on cuda:0 on
@@ -28,6 +30,17 @@ def leave(world, results, result_file):
         with open(result_file, "w") as f:
             json.dump(rows, f)
     dist.destroy_process_group()
+
+
+def naive_split_differs(quantity, part, ref, group, what):
+    """The control every check has: each rank's own one-GPU result over its part, summed over the
+    ranks (through the host: gloo), must NOT equal the one-GPU `ref`, or the comparison could not
+    tell a broken order. (quantity, ok, detail)."""
+    staged = part.cpu()
+    dist.all_reduce(staged, group=group)
+    equal, _ = compare(staged.to(ref.device), ref)
+    return (quantity, not equal, "the naive split gave the single-GPU bits: the comparison cannot tell" if equal else
+            f"the naive split's {what} differs from the single-GPU one, as it must")
 
 
 def run_worlds(worker, worlds, args):

@@ -42,7 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "..", "python"))
 sys.path.insert(0, HERE)
 from check_support import DTYPES, compare  # noqa: E402
-from rank_runs import join, leave, report, run_worlds  # noqa: E402
+from rank_runs import join, leave, naive_split_differs, report, run_worlds  # noqa: E402
 
 TIMESTEPS = 3
 
@@ -131,13 +131,18 @@ def adaln_row_gather_case(xj, xd, sizes, hidden, dtype, device, seed):
             ("d_rows as fp32 sums", *compare(sums, ref_sums))]
 
 
-def rms_norm_case(xj, xd, sizes, batch, hidden, dtype, device, seed):
+def norm_inputs(sizes, batch, hidden, dtype, device, seed, rows):
+    """The norm cases' keys (step * 3 + tag), AdaLN table, norm weight and `rows` (B, S, H) tensors."""
     steps, tags = packed_keys(sum(sizes), device)
     keys = steps * 3 + tags
-    seq, eps = keys.shape[0], 1e-6
     table = draw((3 * TIMESTEPS, 6 * hidden), dtype, device, seed)
     weight = draw((hidden,), dtype, device, seed + 1)
-    x, grad = (draw((batch, seq, hidden), dtype, device, seed + i) for i in (2, 3))
+    return keys, table, weight, [draw((batch, keys.shape[0], hidden), dtype, device, seed + 2 + i) for i in range(rows)]
+
+
+def rms_norm_case(xj, xd, sizes, batch, hidden, dtype, device, seed):
+    eps = 1e-6
+    keys, table, weight, (x, grad) = norm_inputs(sizes, batch, hidden, dtype, device, seed, 2)
     plan = xd.SequencePlan(keys, 3 * TIMESTEPS, sizes, batch=batch)
     a, b = plan.start, plan.start + plan.size
     checks = []
@@ -162,12 +167,8 @@ def rms_norm_case(xj, xd, sizes, batch, hidden, dtype, device, seed):
 
 
 def fused_case(xj, xd, sizes, batch, hidden, dtype, device, seed):
-    steps, tags = packed_keys(sum(sizes), device)
-    keys = steps * 3 + tags
-    seq, eps = keys.shape[0], 1e-6
-    table = draw((3 * TIMESTEPS, 6 * hidden), dtype, device, seed)
-    weight = draw((hidden,), dtype, device, seed + 1)
-    residual, y, grad_h, grad_out = (draw((batch, seq, hidden), dtype, device, seed + i) for i in (2, 3, 4, 5))
+    eps = 1e-6
+    keys, table, weight, (residual, y, grad_h, grad_out) = norm_inputs(sizes, batch, hidden, dtype, device, seed, 4)
 
     def views(t):
         return t[:, 2 * hidden:3 * hidden], dict(shift=t[:, :hidden], scale=t[:, hidden:2 * hidden])
@@ -203,12 +204,7 @@ def naive_control(xj, inputs, hidden):
         part = xj.runtime().gate_residual_backward(grad[:, a:b].contiguous(), table[:, 2 * hidden:3 * hidden],
                                                    keys[a:b], y[:, a:b].contiguous(), need_d_y=False,
                                                    dtype=torch.float32)[1]
-    staged = part.cpu()
-    dist.all_reduce(staged, group=plan.group)
-    equal, _ = compare(staged.to(ref_sums.device), ref_sums)
-    return [("naive per-rank sums differ (control)", not equal,
-             "the naive split gave the single-GPU bits: the comparison cannot tell" if equal else
-             "the naive split's fp32 d_gate differs from the single-GPU sums, as it must")]
+    return [naive_split_differs("naive per-rank sums differ (control)", part, ref_sums, plan.group, "fp32 d_gate")]
 
 
 def worker(rank, world, args, init_file, result_file):

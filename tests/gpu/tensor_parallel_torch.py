@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "..", "python"))
 sys.path.insert(0, HERE)
 from check_support import compare  # noqa: E402
-from rank_runs import join, leave, report, run_worlds  # noqa: E402
+from rank_runs import join, leave, naive_split_differs, report, run_worlds  # noqa: E402
 
 # name -> (description, weight dtype, K, N, silu); every N a multiple of 2 and 3 ranks x the chunk.
 LAYERS = {
@@ -92,12 +92,7 @@ def naive_control(xj, inputs):
         pre = xj.runtime().det_linear(temb, rows_weight, None, silu=True, return_pre_activation=True)[1]
     own = xj.runtime().det_linear_backward(shards.columns(grad), temb, rows_weight, pre, silu=silu,
                                            need_weight=False, need_bias=False)[0]
-    staged = own.cpu()
-    dist.all_reduce(staged, group=shards.group)
-    equal, _ = compare(staged.to(ref.device), ref)
-    return [("naive per-rank d_input differs (control)", not equal,
-             "the naive split gave the single-GPU bits: the comparison cannot tell" if equal else
-             "the naive split's d_temb differs from the single-GPU one, as it must")]
+    return [naive_split_differs("naive per-rank d_input differs (control)", own, ref, shards.group, "d_temb")]
 
 
 def worker(rank, world, args, init_file, result_file):

@@ -145,16 +145,28 @@ class SequencePlan:
     def fold(self, partials, dtype):
         """The gradient (R, W) in dtype from this rank's owned tiles' fp32 partials (rank_tiles, W):
         every rank's partials gathered into the single-GPU tile order, each table row's folded."""
-        return default_runtime().segment_fold(self.gather(partials, self.fold_tiles), self.keys, self.table_rows,
-                                              rows=self.batch * self.seq, dtype=dtype)
+        return self.fold_all([(partials, dtype, False)])[0]
 
-    def fold_whole(self, partials, dtype):
-        """(W,) in dtype: every tile of the single-GPU plan folded in order into one row (the
-        modulated rms_norm's dweight). segment_fold over the plan of one table row whose tiles are
-        these, in order: P batch copies of 256 positions, every key 0."""
-        ordered = self.gather(partials, self.tiles + 1)  # segment_fold's bound for P tiles: P + 1 rows
-        one_row = torch.zeros(_TILE, dtype=torch.int64, device=partials.device)
-        return default_runtime().segment_fold(ordered, one_row, 1, rows=self.tiles * _TILE, dtype=dtype)[0]
+    def fold_all(self, parts):
+        """The gradients of several sums over this plan's tiles with one all-gather: parts is a list
+        of (this rank's owned tiles' fp32 partials (rank_tiles, W_i), dtype, whole); each gives
+        (R, W_i) in dtype, each table row's tiles folded, or with whole (W_i,): every tile folded in
+        order into one row (the modulated rms_norm's dweight)."""
+        widths = [partials.shape[1] for partials, _, _ in parts]
+        # fold_tiles >= tiles + 1: the whole fold's bound too.
+        ordered = self.gather(torch.cat([partials for partials, _, _ in parts], dim=1), self.fold_tiles)
+        runtime, out = default_runtime(), []
+        for gathered, (_, dtype, whole) in zip(ordered.split(widths, dim=1), parts):
+            if whole:
+                # segment_fold over the plan of one table row whose tiles are these, in order: P batch
+                # copies of 256 positions, every key 0 (its bound for P tiles: P + 1 rows).
+                one_row = torch.zeros(_TILE, dtype=torch.int64, device=gathered.device)
+                out.append(runtime.segment_fold(gathered[:self.tiles + 1].contiguous(), one_row, 1,
+                                                rows=self.tiles * _TILE, dtype=dtype)[0])
+            else:
+                out.append(runtime.segment_fold(gathered.contiguous(), self.keys, self.table_rows,
+                                                rows=self.batch * self.seq, dtype=dtype))
+        return out
 
 
 def _check_shard(op, plan, rows, name):
@@ -190,15 +202,20 @@ class _GateResidual(torch.autograd.Function):
 def gate_residual_table_grad(grad, y, plan, dtype):
     """gate_residual's d_gate (R, H) in dtype (torch.float32 keeps the fp32 sums) from this rank's
     shard of the upstream gradient and of y: the single-GPU bits, on every rank."""
-    runtime, hidden = default_runtime(), y.shape[-1]
-    grad_rows, y_rows = plan.owned_rows(grad.contiguous().view(-1, hidden), y.contiguous().view(-1, hidden))
-    partials = y.new_empty((len(plan.tile_start) - 1, hidden), dtype=torch.float32)
+    hidden = y.shape[-1]
+    rows = plan.owned_rows(grad.contiguous().view(-1, hidden), y.contiguous().view(-1, hidden))
+    return plan.fold(_gate_partials(plan, *rows), dtype)
+
+
+def _gate_partials(plan, grad_rows, y_rows):
+    """(rank_tiles, H) fp32: gate_residual's d_gate partials of this rank's tiles from their rows."""
+    partials = y_rows.new_empty((len(plan.tile_start) - 1, y_rows.shape[1]), dtype=torch.float32)
     for first, end, a, b, keys in plan.owned_groups():
         # Each owned tile is one segment here; the table (unread without d_y) has one row each.
-        unread_table = y_rows.new_zeros((end - first, hidden))
-        partials[first:end] = runtime.gate_residual_backward(grad_rows[a:b], unread_table, keys, y_rows[a:b],
-                                                             need_d_y=False, dtype=torch.float32)[1]
-    return plan.fold(partials, dtype)
+        unread_table = y_rows.new_zeros((end - first, y_rows.shape[1]))
+        partials[first:end] = default_runtime().gate_residual_backward(
+            grad_rows[a:b], unread_table, keys, y_rows[a:b], need_d_y=False, dtype=torch.float32)[1]
+    return partials
 
 
 def gate_residual(residual, gate, y, plan):
@@ -259,22 +276,36 @@ def rms_norm_param_grads(grad, x, rstd, weight, scale, plan, *, need_dweight=Tru
     without its parameter). plan: over the index; modulated (scale given), dshift and dscale (R, H)
     in scale's dtype; plain, dweight's sum takes plan.rows_plan(). dweight (H,) in weight's dtype.
     dtype (torch.float32) keeps the fp32 sums instead."""
-    runtime, hidden = default_runtime(), x.shape[-1]
     modulated = scale is not None
     if not modulated:
         plan = plan.rows_plan()
-    need_dweight = need_dweight and weight is not None
-    need_dshift, need_dscale = need_dshift and modulated, need_dscale and modulated
-    grad_rows, x_rows, rstd_rows = plan.owned_rows(grad.contiguous().view(-1, hidden), x.contiguous().view(-1, hidden),
-                                                   rstd.reshape(-1, 1))
-    tiles = len(plan.tile_start) - 1
-    partials = [x.new_empty((tiles, hidden), dtype=torch.float32) if need else None
+    needs = (need_dweight and weight is not None, need_dshift and modulated, need_dscale and modulated)
+    rows = plan.owned_rows(*_norm_rows(grad, x, rstd))
+    parts, wanted = _norm_fold_parts(plan, rows, weight, scale, needs, dtype)
+    return _placed(plan.fold_all(parts), wanted)
+
+
+def _norm_rows(grad, x, rstd):
+    """The rows rms_norm's parameter sums read: grad, x (B * S_r, H) and rstd (B * S_r, 1)."""
+    hidden = x.shape[-1]
+    return grad.contiguous().view(-1, hidden), x.contiguous().view(-1, hidden), rstd.reshape(-1, 1)
+
+
+def _norm_fold_parts(plan, rows, weight, scale, needs, dtype):
+    """fold_all's parts for rms_norm's (dweight, dshift, dscale) partials of this rank's tiles, and
+    which of the three they are. needs: (dweight, dshift, dscale) asked for; plain (scale None),
+    plan is rows_plan()."""
+    grad_rows, x_rows, rstd_rows = rows
+    modulated = scale is not None
+    need_dweight, need_dshift, need_dscale = needs
+    tiles, hidden = len(plan.tile_start) - 1, x_rows.shape[1]
+    partials = [x_rows.new_empty((tiles, hidden), dtype=torch.float32) if need else None
                 for need in (need_dshift, need_dscale, need_dweight)]
     for first, end, a, b, keys in plan.owned_groups():
         # Each owned tile is one segment here, its table row the tile's scale row; plain, the owned
         # tiles are runs of 256 consecutive rows, as the single-GPU tiles.
         table = scale.index_select(0, plan.tile_table_rows[first:end]) if modulated else None
-        got = runtime.rms_norm_backward_tile_partials(
+        got = default_runtime().rms_norm_backward_tile_partials(
             grad_rows[a:b], x_rows[a:b], weight, rstd_rows[a:b].view(-1), scale=table,
             index=keys if modulated else None, need_dweight=need_dweight, need_dshift=need_dshift,
             need_dscale=need_dscale)
@@ -282,13 +313,42 @@ def rms_norm_param_grads(grad, x, rstd, weight, scale, plan, *, need_dweight=Tru
             if mine is not None:
                 mine[first:end] = part[:end - first]
     shift_p, scale_p, weight_p = partials
-    dweight = None
-    if need_dweight:
-        fold = plan.fold_whole if modulated else lambda p, d: plan.fold(p, d)[0]
-        dweight = fold(weight_p, dtype or weight.dtype)
-    dshift = plan.fold(shift_p, dtype or scale.dtype) if need_dshift else None
-    dscale = plan.fold(scale_p, dtype or scale.dtype) if need_dscale else None
-    return dweight, dshift, dscale
+    # dweight folds every tile in order into one row: modulated, the one-GPU fold's whole-table
+    # form; plain, the plan's one table row, the same fold.
+    parts, wanted = [], []
+    for place, (p, param, whole) in enumerate(((weight_p, weight, True), (shift_p, scale, False),
+                                               (scale_p, scale, False))):
+        if p is not None:
+            parts.append((p, dtype or param.dtype, whole))
+            wanted.append(place)
+    return parts, wanted
+
+
+def _placed(grads, wanted, count=3):
+    """The folded gradients at their places among `count`, None elsewhere."""
+    out = [None] * count
+    for grad, place in zip(grads, wanted):
+        out[place] = grad
+    return tuple(out)
+
+
+def _fused_table_grads(plan, grad_out, h, rstd, d_residual, y, gate, weight, scale, need_gate, norm_needs):
+    """gate_residual_rms_norm's (d_gate, dweight, dshift, dscale), None where not needed: gate_residual's
+    table sum of d_residual and rms_norm's sums over (grad_out, h, rstd). Modulated, both are sums
+    over the index's plan: one exchange of their rows and one gather of their partials; plain, the
+    norm's dweight takes the rows plan, so the two go separately."""
+    hidden = y.shape[-1]
+    gate_rows = d_residual.contiguous().view(-1, hidden), y.contiguous().view(-1, hidden)
+    if scale is None or not any(norm_needs):
+        d_gate = plan.fold(_gate_partials(plan, *plan.owned_rows(*gate_rows)), gate.dtype) if need_gate else None
+        return (d_gate, *_rms_norm_grads(norm_needs, grad_out, h, rstd, weight, scale, plan))
+    rows = plan.owned_rows(*_norm_rows(grad_out, h, rstd), *(gate_rows if need_gate else ()))
+    parts, wanted = _norm_fold_parts(plan, rows[:3], weight, scale, norm_needs, None)
+    if need_gate:
+        parts.append((_gate_partials(plan, *rows[3:]), gate.dtype, False))
+        wanted.append(3)
+    dweight, dshift, dscale, d_gate = _placed(plan.fold_all(parts), wanted, 4)
+    return d_gate, dweight, dshift, dscale
 
 
 def _rms_norm_grads(needs, grad, x, rstd, weight, scale, plan):
@@ -366,24 +426,20 @@ class _GateResidualRmsNorm(torch.autograd.Function):
         plan, runtime = ctx.plan, default_runtime()
         if grad_out is None and grad_h is None:
             return (None,) * 9
+        norm_needs = (need_weight, need_shift, need_scale) if grad_out is not None else (False,) * 3
         if grad_out is None:  # only h was used: the norm adds nothing
-            d_residual, dweight, dshift, dscale = grad_h, None, None, None
+            d_residual = grad_h
         else:
             grad_out = grad_out.contiguous()
-            if y.numel() == 0:
-                d_residual = torch.empty_like(h)
-            else:
-                d_residual = runtime.gate_residual_rms_norm_backward(
-                    grad_out, grad_h, h, y, gate, index, weight, rstd, ctx.eps, scale=scale, need_d_y=False,
-                    need_d_gate=False, need_d_weight=False, need_d_shift=False, need_d_scale=False)[0]
-            dweight, dshift, dscale = _rms_norm_grads((need_weight, need_shift, need_scale), grad_out, h, rstd, weight,
-                                                      scale, plan)
-        d_y = d_gate = None
+            d_residual = torch.empty_like(h) if y.numel() == 0 else runtime.gate_residual_rms_norm_backward(
+                grad_out, grad_h, h, y, gate, index, weight, rstd, ctx.eps, scale=scale, need_d_y=False,
+                need_d_gate=False, need_d_weight=False, need_d_shift=False, need_d_scale=False)[0]
+        d_y = None
         if need_y:
             d_y = (torch.empty_like(y, memory_format=torch.contiguous_format) if y.numel() == 0 else
                    runtime.gate_residual_backward(d_residual, gate, index, y, need_d_gate=False)[0])
-        if need_gate:
-            d_gate = gate_residual_table_grad(d_residual, y, plan, gate.dtype)
+        d_gate, dweight, dshift, dscale = _fused_table_grads(plan, grad_out, h, rstd, d_residual, y, gate, weight,
+                                                             scale, need_gate, norm_needs)
         return (d_residual if need_residual else None, d_gate, d_y, dweight, dshift, dscale, None, None, None)
 
 

@@ -277,12 +277,21 @@ def rms_norm_param_grads(grad, x, rstd, weight, scale, plan, *, need_dweight=Tru
     in scale's dtype; plain, dweight's sum takes plan.rows_plan(). dweight (H,) in weight's dtype.
     dtype (torch.float32) keeps the fp32 sums instead."""
     modulated = scale is not None
+    needs = (need_dweight and weight is not None, need_dshift and modulated, need_dscale and modulated)
+    if not any(needs):
+        return None, None, None
     if not modulated:
         plan = plan.rows_plan()
-    needs = (need_dweight and weight is not None, need_dshift and modulated, need_dscale and modulated)
     rows = plan.owned_rows(*_norm_rows(grad, x, rstd))
     parts, wanted = _norm_fold_parts(plan, rows, weight, scale, needs, dtype)
     return _placed(plan.fold_all(parts), wanted)
+
+
+def _norm_grads(needs, grad, x, rstd, weight, scale, plan):
+    """rms_norm_param_grads for autograd's (dweight, dshift, dscale) needs."""
+    need_dweight, need_dshift, need_dscale = needs
+    return rms_norm_param_grads(grad, x, rstd, weight, scale, plan, need_dweight=need_dweight,
+                                need_dshift=need_dshift, need_dscale=need_dscale)
 
 
 def _norm_rows(grad, x, rstd):
@@ -341,7 +350,7 @@ def _fused_table_grads(plan, grad_out, h, rstd, d_residual, y, gate, weight, sca
     gate_rows = d_residual.contiguous().view(-1, hidden), y.contiguous().view(-1, hidden)
     if scale is None or not any(norm_needs):
         d_gate = plan.fold(_gate_partials(plan, *plan.owned_rows(*gate_rows)), gate.dtype) if need_gate else None
-        return (d_gate, *_rms_norm_grads(norm_needs, grad_out, h, rstd, weight, scale, plan))
+        return (d_gate, *_norm_grads(norm_needs, grad_out, h, rstd, weight, scale, plan))
     rows = plan.owned_rows(*_norm_rows(grad_out, h, rstd), *(gate_rows if need_gate else ()))
     parts, wanted = _norm_fold_parts(plan, rows[:3], weight, scale, norm_needs, None)
     if need_gate:
@@ -349,15 +358,6 @@ def _fused_table_grads(plan, grad_out, h, rstd, d_residual, y, gate, weight, sca
         wanted.append(3)
     dweight, dshift, dscale, d_gate = _placed(plan.fold_all(parts), wanted, 4)
     return d_gate, dweight, dshift, dscale
-
-
-def _rms_norm_grads(needs, grad, x, rstd, weight, scale, plan):
-    """(dweight, dshift, dscale) for autograd: None where not needed."""
-    need_weight, need_shift, need_scale = needs
-    if not (need_weight or need_shift or need_scale):
-        return None, None, None
-    return rms_norm_param_grads(grad, x, rstd, weight, scale, plan, need_dweight=need_weight, need_dshift=need_shift,
-                                need_dscale=need_scale)
 
 
 class _RmsNorm(torch.autograd.Function):
@@ -380,8 +380,8 @@ class _RmsNorm(torch.autograd.Function):
             dx = (torch.empty_like(x, memory_format=torch.contiguous_format) if x.numel() == 0 else
                   default_runtime().rms_norm_backward(grad, x, weight, rstd, ctx.eps, scale=scale, index=index,
                                                       need_dweight=False, need_dshift=False, need_dscale=False)[0])
-        dweight, dshift, dscale = _rms_norm_grads((need_weight, need_shift, need_scale), grad, x, rstd, weight, scale,
-                                                  ctx.plan)
+        dweight, dshift, dscale = _norm_grads((need_weight, need_shift, need_scale), grad, x, rstd, weight, scale,
+                                              ctx.plan)
         return dx, dweight, dshift, dscale, None, None, None
 
 

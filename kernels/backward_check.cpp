@@ -26,6 +26,15 @@ llvm::Expected<DType> gradient_dtype(ArgName name, const DLTensor& t, std::strin
   return *got;
 }
 
+llvm::Error require_partials(ArgName name, const DLTensor& t, int64_t width, int64_t min_rows, std::string_view bound) {
+  auto got = float_dtype(name, t);
+  if (!got) return got.takeError();
+  if (*got != DType::F32 || t.ndim != 2 || t.shape[0] < min_rows || t.shape[1] != width || !is_contiguous(t))
+    return invalid(name, fmt::format("must be (P, {}) float32 contiguous with P >= {} (got {} {})", width, bound,
+                                     dtype_name(*got), shape_string(t)));
+  return llvm::Error::success();
+}
+
 llvm::Error require_dense(ArgName name, const DLTensor& t, std::initializer_list<int64_t> shape, DType dtype) {
   auto got = float_dtype(name, t);
   if (!got) return got.takeError();

@@ -15,6 +15,10 @@ llvm::Error require_like(ArgName name, const DLTensor& t, std::string_view like_
 /// `t` is a contiguous tensor of `shape` (ndim given) in `dtype`.
 llvm::Error require_dense(ArgName name, const DLTensor& t, std::initializer_list<int64_t> shape, DType dtype);
 
+/// Tile partials given or asked for by the caller (sequence parallelism): (P, width) float32
+/// contiguous with P >= min_rows; `bound` says what min_rows is, for the message.
+llvm::Error require_partials(ArgName name, const DLTensor& t, int64_t width, int64_t min_rows, std::string_view bound);
+
 /// The dtype of a parameter gradient output: the input's (`input`, named `input_name`), or float32
 /// (the same sums rounded once to fp32 instead).
 llvm::Expected<DType> gradient_dtype(ArgName name, const DLTensor& t, std::string_view input_name, DType input);

@@ -224,15 +224,10 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
   const int64_t partial_tiles = rms_norm_backward_partial_tiles(rows, seq, table_rows);
   if (given)
     for (const auto& [name, t] : {std::pair{"shift_partials", given->shift}, {"scale_partials", given->scale},
-                                  {"weight_partials", given->weight}}) {
-      if (!t) continue;
-      auto partial_dtype = float_dtype(arg(name), *t);
-      if (!partial_dtype) return partial_dtype.takeError();
-      if (*partial_dtype != DType::F32 || t->ndim != 2 || t->shape[0] < partial_tiles || t->shape[1] != hidden ||
-          !is_contiguous(*t))
-        return invalid(arg(name), fmt::format("must be (P, {}) float32 contiguous with P >= {} tiles (got {} {})", hidden,
-                                              partial_tiles, dtype_name(*partial_dtype), shape_string(*t)));
-    }
+                                  {"weight_partials", given->weight}})
+      if (t)
+        if (auto err = require_partials(arg(name), *t, hidden, partial_tiles, fmt::format("{} tiles", partial_tiles)))
+          return err;
 
   LaunchSequence sequence;
   // Each parameter gradient's tile partials go to the workspace (then folded into the gradient) or,

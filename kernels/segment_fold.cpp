@@ -46,13 +46,9 @@ llvm::Expected<LaunchSequence> plan_segment_fold(const SegmentFoldArgs& a) {
   if (auto err = require_plan_limits(arg("index"), seq, arg("out"), table_rows)) return err;
   const SegmentLayout layout = segment_layout(a.rows, seq, table_rows);
   const int64_t tiles = layout.max_tiles;
-  auto partial_dtype = float_dtype(arg("partials"), a.partials);
-  if (!partial_dtype) return partial_dtype.takeError();
-  if (*partial_dtype != DType::F32 || a.partials.ndim != 2 || a.partials.shape[0] < tiles ||
-      a.partials.shape[1] != width || !is_contiguous(a.partials))
-    return invalid(arg("partials"),
-                   fmt::format("must be (P, {}) float32 contiguous with P >= ceil(M / 256) + R = {} (got {} {})",
-                               width, tiles, dtype_name(*partial_dtype), shape_string(a.partials)));
+  if (auto err = require_partials(arg("partials"), a.partials, width, tiles,
+                                  fmt::format("ceil(M / 256) + R = {}", tiles)))
+    return err;
   if (auto err = require_workspace(arg("workspace"), a.workspace, layout.end)) return err;
   if (auto err = require_disjoint_outputs(kOp, tensors, {"out", "workspace"})) return err;
 

@@ -65,7 +65,8 @@ class SequencePlan:
         self.table_rows, self.batch, self.seq = int(table_rows), int(batch), host_keys.shape[0]
         self.start, self.size, self.shard_sizes = start[self.rank], sizes[self.rank], sizes
         self._rows_plan = self if table_rows == 1 and not host_keys.any() else None
-        plan = rank_plan(host_keys.tolist(), table_rows, start, self.rank, batch)
+        key_list = host_keys.tolist()
+        plan = rank_plan(key_list, table_rows, start, self.rank, batch)
         self.local_rows, self.max_tiles, self.tiles = plan.local_rows, plan.max_tiles, plan.tiles
         self.tile_start = plan.tile_start
         self.send_counts, self.receive_counts = plan.send_counts, plan.receive_counts
@@ -81,8 +82,10 @@ class SequencePlan:
         counts = torch.tensor([b - a for a, b in zip(plan.tile_start, plan.tile_start[1:])], dtype=torch.int64)
         self.tile_keys = torch.repeat_interleave(torch.arange(len(counts)), counts).to(self.device)
         # Each owned tile's table row: its first row's key (the owner holds that row).
-        self.tile_table_rows = on_device([int(host_keys[self.start + plan.rows[a] % max(self.size, 1)])
+        self.tile_table_rows = on_device([key_list[self.start + plan.rows[a] % max(self.size, 1)]
                                           for a in plan.tile_start[:-1]])
+        # The whole fold's index: one table row of 256 positions, every key 0 (fold_all).
+        self.one_row_keys = torch.zeros(_TILE, dtype=torch.int64, device=self.device)
         self.staged = dist.get_backend(group) != dist.Backend.NCCL
 
     @classmethod
@@ -160,8 +163,7 @@ class SequencePlan:
             if whole:
                 # segment_fold over the plan of one table row whose tiles are these, in order: P batch
                 # copies of 256 positions, every key 0 (its bound for P tiles: P + 1 rows).
-                one_row = torch.zeros(_TILE, dtype=torch.int64, device=gathered.device)
-                out.append(runtime.segment_fold(gathered[:self.tiles + 1].contiguous(), one_row, 1,
+                out.append(runtime.segment_fold(gathered[:self.tiles + 1].contiguous(), self.one_row_keys, 1,
                                                 rows=self.tiles * _TILE, dtype=dtype)[0])
             else:
                 out.append(runtime.segment_fold(gathered.contiguous(), self.keys, self.table_rows,

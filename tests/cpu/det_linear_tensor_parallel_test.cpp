@@ -19,16 +19,11 @@ using test::FakeTensor;
 using test::GiB;
 using test::kBF16;
 using test::kF32;
+using test::message_of;
 
 // The H3 block projection (2688 -> 18H) over 3 ranks: a shard of 32256 outputs, 126 bf16 chunks.
 constexpr int64_t kK = 2688, kN = 18 * 5376, kShard = kN / 3;
 
-std::string message_of(llvm::Expected<LaunchSequence> sequence) {
-  if (sequence) return "accepted";
-  ErrorReport report = take_error(sequence.takeError());
-  EXPECT_EQ(report.code, ErrorCode::InvalidArgument) << report.message;
-  return report.message;
-}
 
 // One rank's backward: its (T, shard) gradient columns, its weight rows, its partials.
 struct PartialsCall {

@@ -27,14 +27,9 @@ using test::kF32;
 using test::kI32;
 using test::kI64;
 using test::kU8;
+using test::message_of;
 constexpr int64_t H = 5376;
 
-template <typename T> std::string message_of(llvm::Expected<T> planned) {
-  if (planned) return "accepted";
-  ErrorReport report = take_error(planned.takeError());
-  EXPECT_EQ(report.code, ErrorCode::InvalidArgument) << report.message;
-  return report.message;
-}
 
 // The H3 block's call: the attention residual into norm2, gate/shift/scale chunks of one (9, 6H)
 // table, B = 2 sequences of S = 7.

@@ -22,13 +22,7 @@ struct FoldCall {
   FakeTensor out{3 * GiB, {9, H}, test::kBF16};
   FakeTensor workspace{4 * GiB, {segment_fold_workspace(14, 7, 9)}, test::kU8};
   llvm::Expected<LaunchSequence> plan() { return plan_segment_fold({partials.t, index.t, rows, out.t, &workspace.t}); }
-  std::string message() {
-    auto sequence = plan();
-    if (sequence) return "accepted";
-    ErrorReport report = take_error(sequence.takeError());
-    EXPECT_EQ(report.code, ErrorCode::InvalidArgument) << report.message;
-    return report.message;
-  }
+  std::string message() { return test::message_of(plan()); }
 };
 
 TEST(SegmentFold, PlansTheIndexsPlanThenOneFoldRowPerTableRow) {

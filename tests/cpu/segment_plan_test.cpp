@@ -140,6 +140,7 @@ using test::kF32;
 using test::kI64;
 using test::kU8;
 using test::GiB;
+using test::message_of;
 constexpr int64_t H = 5376;
 
 struct GateBackwardCall {
@@ -155,12 +156,6 @@ struct GateBackwardCall {
   }
 };
 
-std::string message_of(llvm::Expected<LaunchSequence> sequence) {
-  if (sequence) return "accepted";
-  ErrorReport report = take_error(sequence.takeError());
-  EXPECT_EQ(report.code, ErrorCode::InvalidArgument) << report.message;
-  return report.message;
-}
 
 TEST(GateResidualBackwardValidation, PlansPlanTilesAndFold) {
   GateBackwardCall call;

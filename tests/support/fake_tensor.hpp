@@ -2,9 +2,14 @@
 // dtypes and addresses and touches no memory.
 #pragma once
 
+#include "runtime/errors.hpp"
+
 #include <dlpack/dlpack.h>
+#include <gtest/gtest.h>
+#include <llvm/Support/Error.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace exactjit::test {
@@ -31,5 +36,13 @@ inline constexpr DLDataType kI64{kDLInt, 64, 1};
 inline constexpr DLDataType kI32{kDLInt, 32, 1};
 inline constexpr DLDataType kU8{kDLUInt, 8, 1};
 inline constexpr uint64_t GiB = 1ull << 30;
+
+/// "accepted" for a plan, else its refusal's message (which must be an InvalidArgument).
+template <typename T> std::string message_of(llvm::Expected<T> planned) {
+  if (planned) return "accepted";
+  ErrorReport report = take_error(planned.takeError());
+  EXPECT_EQ(report.code, ErrorCode::InvalidArgument) << report.message;
+  return report.message;
+}
 
 }  // namespace exactjit::test

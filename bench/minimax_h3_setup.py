@@ -99,9 +99,10 @@ def upstream(outputs, seed=1):
     return tuple(torch.randn(o.shape, generator=gen, device=o.device, dtype=o.dtype) for o in outputs)
 
 
-def expected_calls(model, qk_norm=False, refiner_norms=False, det_linear=False):
+def expected_calls(model, qk_norm=False, refiner_norms=False, det_linear=False, sequence_parallel=False):
     """How many times one forward of a patched MiniMaxH3Transformer3DModel calls each exactjit op
-    (exactjit.integrations.diffusers.apply with these options) when every call takes the kernels."""
+    (exactjit.integrations.diffusers.apply with these options) when every call takes the kernels;
+    sequence_parallel changes no count (outside context parallelism it changes nothing)."""
     layers, refiners = model.config.num_layers, model.config.num_refiner_layers
     return dict(rms_norm=layers + 1 + (2 * (layers + refiners) if qk_norm else 0)
                 + (2 * refiners + 1 if refiner_norms else 0),

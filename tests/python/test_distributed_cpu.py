@@ -95,7 +95,9 @@ class ModelRuntime:
         keys = (torch.zeros(g.shape[0], dtype=torch.int64) if scale is None
                 else index.repeat(g.shape[0] // index.shape[0]))
         m = 1 if scale is None else 1 + scale[keys]
-        return (g, g * (w * xhat), g * m * xhat), g * m * w * rstd.reshape(-1, 1), keys
+        gw = g * m * w  # the gradient at the normalized row; dx is RMSNorm's backward of it
+        dx = rstd.reshape(-1, 1) * (gw - xhat * (gw * xhat).mean(1, keepdim=True))
+        return (g, g * (w * xhat), g * m * xhat), dx, keys
 
     def _norm_tiles(self, x, scale, index):
         rows = x.numel() // x.shape[-1]

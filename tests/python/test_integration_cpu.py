@@ -44,7 +44,7 @@ if HAS_DIFFUSERS:
 
     import minimax_h3_setup as setup
 
-OPTION_SETS = (dict(), dict(qk_norm=True), dict(refiner_norms=True), dict(det_linear=True),
+OPTION_SETS = (dict(), dict(qk_norm=True), dict(refiner_norms=True), dict(det_linear=True), dict(sequence_parallel=True),
                dict(qk_norm=True, refiner_norms=True, det_linear=True))
 SEQ, TEXT, AUDIO, BATCH = 29, 5, 6, 2
 
@@ -210,7 +210,7 @@ class DiffusersIntegration(unittest.TestCase, Bitwise):
         self.assertEqual(sorted(patched), sorted(path for path, _, _ in record.swaps))
         self.assertIn("time_embedder", patched)
         self.assertIn("transformer_blocks.1.adaln_proj", patched)
-        self.assertEqual(dict(record.options), options)
+        self.assertEqual(dict(record.options), dict(options, sequence_parallel=False))
         twin = copy.deepcopy(model)  # its forwards are bound to its own modules, so it is removable on its own
         xjd.remove(twin)
         self.assert_untouched(twin)

@@ -36,11 +36,26 @@ norm_out.norm, and with det_linear the projections' nn.Linear) has no hooks and 
 module (no LoRA wrapper); with det_linear the projections are bfloat16 nn.Linear with bias and the
 timestep MLP float32 Linear-SiLU-Linear (the shipped checkpoint's layout).
 
+sequence_parallel=True (a MiniMaxH3Transformer3DModel only; for training under diffusers' context
+parallelism, `model.enable_parallelism(config=ContextParallelConfig(...))` called after apply): each
+rank's forward is unchanged (the kernels are row-local: bitwise the rows one GPU computes), and the
+backward runs the chain's table and weight gradients through exactjit.distributed, so every rank
+ends with the whole gradient of each AdaLN table and norm weight, byte-equal to one GPU's
+(docs/sequence-parallel.md), instead of its own rows' part. So do the parameters that only those
+gradients reach: whole_gradient_parameters(model) lists them; a data-parallel reduction must leave
+them out (summing P whole copies is not the gradient), while every other parameter keeps its
+per-rank part as unpatched. The model's forward builds the plans from the unsplit timestep_indices
+and token_tags once per layout (one host copy of the index; reusing the same index tensors skips
+even the comparison). Without context parallelism, or without gradients, it changes nothing. Eager
+only (the collectives are not traced by torch.compile); an input the kernels do not take raises
+instead of falling back, since the fallback's gradient would be one rank's part.
+
 Applying twice with the same options does nothing; with other options it is refused (remove first).
 An applied model can be compiled; apply and remove also take the compiled wrapper, and dynamo
 recompiles after either. diffusers is imported by apply(), not by importing this module.
 """
 import dataclasses
+import functools
 import math
 import types
 
@@ -48,6 +63,7 @@ import torch
 import torch.nn.functional as F
 
 import exactjit as _xj
+from ._context_parallel import ShardPlans
 
 # Device types whose tensors the kernels take; on any other the original expressions run.
 KERNEL_DEVICES = frozenset({"cuda"})
@@ -133,21 +149,40 @@ def _gated_residual_fits(residual, gate, index, y):
             and _index_fits(index, residual))
 
 
-def _modulated_norm(norm, x, shift, scale, index):
+def _unsharded(what):
+    """A sequence_parallel call the kernels cannot take: the fallback's gradients would be this
+    rank's part only, so the whole-gradient contract is refused instead of broken."""
+    return ValueError(f"exactjit.integrations.diffusers: sequence_parallel: {what} got inputs exactjit's kernels do "
+                      "not take (CUDA, bf16/fp16/fp32, contiguous and 4-element aligned rows, no autocast), so its "
+                      "gradients could not be made whole on every rank")
+
+
+# `plan` (a SequencePlan over the index) is given under context parallelism with
+# apply(sequence_parallel=True): the ops of exactjit.distributed then run on this rank's rows.
+
+def _modulated_norm(norm, x, shift, scale, index, plan=None):
     """norm(x) * (1 + scale[index]) + shift[index], as the blocks and norm_out write it."""
     if _modulated_norm_fits(norm, x, shift, scale, index):
+        if plan is not None:
+            return _distributed().rms_norm(x, norm.weight, norm.eps, plan, shift=shift, scale=scale)
         return _xj.rms_norm(x, norm.weight, norm.eps, shift=shift, scale=scale, index=index)
+    if plan is not None:
+        raise _unsharded("a modulated RMSNorm")
     return norm(x) * (1.0 + scale.index_select(0, index)) + shift.index_select(0, index)
 
 
-def _gated_residual(residual, gate, index, y):
+def _gated_residual(residual, gate, index, y, plan=None):
     """residual + gate[index] * y, as the blocks write it."""
     if _gated_residual_fits(residual, gate, index, y):
+        if plan is not None:
+            return _distributed().gate_residual(residual, gate, y, plan)
         return _xj.gate_residual(residual, gate, index, y)
+    if plan is not None:
+        raise _unsharded("a gated residual")
     return residual + gate.index_select(0, index) * y
 
 
-def _gated_residual_norm(residual, gate, index, y, norm, shift, scale):
+def _gated_residual_norm(residual, gate, index, y, norm, shift, scale, plan=None):
     """(h, _modulated_norm(norm, h, shift, scale, index)) for h = _gated_residual(residual, gate, index, y),
     in one kernel where both would take theirs and the gate shares shift's rows and row stride.
 
@@ -155,9 +190,18 @@ def _gated_residual_norm(residual, gate, index, y, norm, shift, scale):
     and device, contiguous and at offset 0, which the gated residual's checks already ask of residual."""
     if (_gated_residual_fits(residual, gate, index, y) and _modulated_norm_fits(norm, residual, shift, scale, index)
             and gate.shape == shift.shape and gate.stride() == shift.stride()):
+        if plan is not None:
+            return _distributed().gate_residual_rms_norm(residual, gate, y, norm.weight, norm.eps, plan, shift=shift,
+                                                         scale=scale)
         return _xj.gate_residual_rms_norm(residual, gate, index, y, norm.weight, norm.eps, shift=shift, scale=scale)
-    h = _gated_residual(residual, gate, index, y)
-    return h, _modulated_norm(norm, h, shift, scale, index)
+    h = _gated_residual(residual, gate, index, y, plan)
+    return h, _modulated_norm(norm, h, shift, scale, index, plan)
+
+
+def _distributed():
+    """exactjit.distributed (it imports torch.distributed: loaded on first use)."""
+    from .. import distributed
+    return distributed
 
 
 def _parameter_dtype(module):
@@ -178,31 +222,43 @@ def _adaln_table(linear, temb, det_linear):
 # The forwards apply() binds to instances. Each mirrors diffusers 0.42.1's forward of that class
 # line by line, with the swapped ops in place of the expressions they equal.
 
-def _block_forward(self, hidden_states, temb, adaln_indices, rotary_emb, attention_mask=None):
+# With sequence_parallel, the model's, the blocks' and norm_out's forwards are bound with `shards`,
+# the model's ShardPlans (_context_parallel.py).
+
+def _block_forward(self, hidden_states, temb, adaln_indices, rotary_emb, attention_mask=None, *, shards=None):
     """MiniMaxH3TransformerBlock.forward."""
+    plan = None if shards is None else shards.plan("adaln", adaln_indices, "a MiniMaxH3TransformerBlock")
+    if plan is not None:  # block 0 gets diffusers' split as a view, strided where the batch is > 1
+        hidden_states = hidden_states.contiguous()
     shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.adaln_proj(temb)
 
     residual = hidden_states
-    norm_hidden_states = _modulated_norm(self.norm1, hidden_states, shift_msa, scale_msa, adaln_indices)
+    norm_hidden_states = _modulated_norm(self.norm1, hidden_states, shift_msa, scale_msa, adaln_indices, plan)
     attn_output = self.attn(norm_hidden_states, rotary_emb, attention_mask)
     hidden_states, norm_hidden_states = _gated_residual_norm(residual, gate_msa, adaln_indices, attn_output,
-                                                             self.norm2, shift_mlp, scale_mlp)
+                                                             self.norm2, shift_mlp, scale_mlp, plan)
 
     residual = hidden_states
     ff_output = self.ff(norm_hidden_states)
-    return _gated_residual(residual, gate_mlp, adaln_indices, ff_output)
+    return _gated_residual(residual, gate_mlp, adaln_indices, ff_output, plan)
 
 
-def _norm_out_forward(self, hidden_states, temb, timestep_indices):
-    """MiniMaxH3AdaLayerNormOut.forward."""
-    shift, scale = _adaln_table(self.linear, temb, False).chunk(2, dim=-1)
-    return _modulated_norm(self.norm, hidden_states, shift, scale, timestep_indices)
+def _norm_out_forward(self, hidden_states, temb, timestep_indices, *, det_linear=False, shards=None):
+    """MiniMaxH3AdaLayerNormOut.forward (with det_linear, its projection on exactjit.adaln_projection)."""
+    plan = None if shards is None else shards.plan("timesteps", timestep_indices, "norm_out")
+    shift, scale = _adaln_table(self.linear, temb, det_linear).chunk(2, dim=-1)
+    return _modulated_norm(self.norm, hidden_states, shift, scale, timestep_indices, plan)
 
 
-def _norm_out_forward_det_linear(self, hidden_states, temb, timestep_indices):
+def _norm_out_forward_det_linear(self, hidden_states, temb, timestep_indices, *, shards=None):
     """MiniMaxH3AdaLayerNormOut.forward, its projection on exactjit.adaln_projection."""
-    shift, scale = _adaln_table(self.linear, temb, True).chunk(2, dim=-1)
-    return _modulated_norm(self.norm, hidden_states, shift, scale, timestep_indices)
+    return _norm_out_forward(self, hidden_states, temb, timestep_indices, det_linear=True, shards=shards)
+
+
+def _model_forward(self, *args, shards, **kwargs):
+    """MiniMaxH3Transformer3DModel.forward, after the plans of its layout are ready (sequence_parallel)."""
+    shards.prepare(self, args, kwargs)
+    return type(self).forward(self, *args, **kwargs)
 
 
 def _modulation_forward_det_linear(self, temb):
@@ -257,6 +313,12 @@ class _Plan:
         self.h3 = h3
         self.options = options
         self.swaps = []
+        self.shards = (ShardPlans(h3.MiniMaxH3Transformer3DModel, h3.MINIMAX_H3_MODALITY_NUM)
+                       if options["sequence_parallel"] else None)
+
+    def sharded(self, function):
+        """function, bound to this apply's ShardPlans where sequence_parallel is on."""
+        return function if self.shards is None else functools.partial(function, shards=self.shards)
 
     def add(self, path, module, function):
         """module.forward will become `function` bound to module."""
@@ -319,7 +381,7 @@ class _Plan:
             self.check_rms_norm(_sub(path, name), getattr(block, name))
             into = "the modulated exactjit.rms_norm" if name == "norm1" else "exactjit.gate_residual_rms_norm"
             self.check_fused_away(_sub(path, name), getattr(block, name), into)
-        self.add(path, block, _block_forward)
+        self.add(path, block, self.sharded(_block_forward))
         if self.options["qk_norm"]:
             self.attention(_sub(path, "attn"), block.attn)
         if self.options["det_linear"]:
@@ -334,12 +396,14 @@ class _Plan:
         self.check_fused_away(_sub(path, "norm"), norm_out.norm, "the modulated exactjit.rms_norm")
         if self.options["det_linear"]:
             self.check_linear(_sub(path, "linear"), norm_out.linear, torch.bfloat16, "exactjit.adaln_projection")
-            self.add(path, norm_out, _norm_out_forward_det_linear)
+            self.add(path, norm_out, self.sharded(_norm_out_forward_det_linear))
         else:
-            self.add(path, norm_out, _norm_out_forward)
+            self.add(path, norm_out, self.sharded(_norm_out_forward))
 
     def model(self, model):
         h3 = self.h3
+        if self.shards is not None:
+            self.add("", model, self.sharded(_model_forward))
         self.check_class("time_proj", model.time_proj, h3.Timesteps)
         channels = model.time_proj.num_channels
         if channels < 2 or channels % 2:
@@ -386,15 +450,18 @@ def _import_h3():
     return h3
 
 
-def apply(model, *, qk_norm=False, refiner_norms=False, det_linear=False):
+def apply(model, *, qk_norm=False, refiner_norms=False, det_linear=False, sequence_parallel=False):
     """Swaps the conditioning chain of `model` (a MiniMaxH3Transformer3DModel, a
     MiniMaxH3TransformerBlock or a MiniMaxH3AdaLayerNormOut) for exactjit's kernels; see the module
     doc. qk_norm and refiner_norms also swap those RMSNorms (bitwise equal too); det_linear swaps the
-    timestep MLP and the AdaLN projections (not bitwise equal to cuBLAS; backward for T <= 8).
+    timestep MLP and the AdaLN projections (not bitwise equal to cuBLAS; backward for T <= 8);
+    sequence_parallel (a model only) makes the AdaLN and norm gradients whole under diffusers'
+    context parallelism (see the module doc and whole_gradient_parameters).
     Also takes torch.compile's wrapper of such a module. Returns model. ValueError, with nothing
     patched, if a rule is broken or model was patched with other options."""
     target = _unwrapped(model)
-    options = dict(qk_norm=bool(qk_norm), refiner_norms=bool(refiner_norms), det_linear=bool(det_linear))
+    options = dict(qk_norm=bool(qk_norm), refiner_norms=bool(refiner_norms), det_linear=bool(det_linear),
+                   sequence_parallel=bool(sequence_parallel))
     record = target.__dict__.get(RECORD)
     if record is not None:
         if record.options == tuple(options.items()):
@@ -407,6 +474,9 @@ def apply(model, *, qk_norm=False, refiner_norms=False, det_linear=False):
     else:
         if refiner_norms:
             raise _refusal("", "refiner_norms applies to a MiniMaxH3Transformer3DModel (it owns the token refiner)")
+        if sequence_parallel:
+            raise _refusal("", "sequence_parallel applies to a MiniMaxH3Transformer3DModel (its forward sees the "
+                               "index before diffusers splits it)")
         if isinstance(target, h3.MiniMaxH3TransformerBlock):
             plan.block("", target)
         elif isinstance(target, h3.MiniMaxH3AdaLayerNormOut):
@@ -420,6 +490,23 @@ def apply(model, *, qk_norm=False, refiner_norms=False, det_linear=False):
         module.forward = types.MethodType(function, module)
     setattr(target, RECORD, Patch(tuple(options.items()), tuple(plan.swaps)))
     return model
+
+
+def whole_gradient_parameters(model):
+    """(name, parameter) of every parameter of a MiniMaxH3Transformer3DModel whose gradient is whole
+    on every rank under context parallelism with apply(sequence_parallel=True): the timestep MLP,
+    each block's AdaLN projection and norm1/norm2 weights, norm_out. A data-parallel gradient
+    reduction over the context-parallel ranks must skip them."""
+    h3 = _import_h3()
+    target = _unwrapped(model)
+    if not isinstance(target, h3.MiniMaxH3Transformer3DModel):
+        raise ValueError(f"exactjit.integrations.diffusers.whole_gradient_parameters: expected a "
+                         f"MiniMaxH3Transformer3DModel, got {type(target).__qualname__}")
+    whole = ["time_embedder.", "norm_out."]
+    for i in range(len(target.transformer_blocks)):
+        whole += [f"transformer_blocks.{i}.adaln_proj.", f"transformer_blocks.{i}.norm1.",
+                  f"transformer_blocks.{i}.norm2."]
+    return [(name, p) for name, p in target.named_parameters() if name.startswith(tuple(whole))]
 
 
 def remove(model):

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""apply(sequence_parallel=True) under diffusers' context parallelism, on gloo ranks on the CPU.
+
+A tiny MiniMax-H3 transformer (bench/minimax_h3_setup.py, fp32) runs under diffusers' own
+ContextParallelConfig (ulysses over 2 ranks), patched with
+sequence_parallel. exactjit's single-GPU ops are their torch expressions (test_integration_cpu's
+mocks) and exactjit.distributed's kernels the contract model of test_distributed_cpu, so this checks
+the wiring the GPU run (tests/gpu/context_parallel_torch.py) relies on: the model's forward builds the
+plans from the unsplit index with diffusers' shard sizes, once per layout; every rank ends with the
+same whole gradient of each parameter whole_gradient_parameters lists, close to the one-process
+model's (the model's sums are in another order than eager's, and diffusers' split changes the
+other ops' rounding), while the unpatched model's ranks hold parts of it (the control: the check
+can fail), and every other parameter keeps its per-rank part; a forward without gradients builds
+no plan; an input the kernels do not take raises instead of falling back to a part.
+
+Tests that need torch, diffusers or gloo skip without them. Run by ctest.
+"""
+import importlib.util
+import os
+import sys
+import unittest
+
+from package_under_test import REPO  # noqa: F401  (puts the package on sys.path)
+
+sys.path.insert(0, os.path.join(REPO, "bench"))  # minimax_h3_setup.py
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+HAS_DIFFUSERS = HAS_TORCH and importlib.util.find_spec("diffusers") is not None
+HAS_GLOO = False
+if HAS_DIFFUSERS:
+    import torch
+    import torch.distributed as dist
+    from unittest import mock
+
+    import minimax_h3_setup as setup
+    from gloo_ranks import problems_of_ranks, write_problems
+    from test_distributed_cpu import ModelRuntime
+    from test_integration_cpu import kernels_on_cpu
+    HAS_GLOO = dist.is_available() and dist.is_gloo_available()
+
+SEQ, TEXT, AUDIO, BATCH = 30, 5, 6, 2  # 30 rows over 2 ranks: shards of 15
+
+
+def rel(got, want):
+    return float((got.double() - want.double()).norm() / want.double().norm())
+
+
+def gradients(model, inputs, upstream):
+    """{name: gradient} of every parameter for one forward and `upstream`."""
+    names, params = zip(*model.named_parameters())
+    outputs = model(**inputs)
+    return dict(zip(names, torch.autograd.grad(outputs, params, upstream, allow_unused=True)))
+
+
+def same_on_every_rank(tensor):
+    gathered = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, tensor.contiguous())
+    return all(torch.equal(g.view(torch.int32), tensor.view(torch.int32)) for g in gathered)
+
+
+def summed(tensor):
+    total = tensor.clone()
+    dist.all_reduce(total)
+    return total
+
+
+def rank_main(rank, world, folder):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{folder}/init", rank=rank, world_size=world)
+    torch.accelerator.device_count = lambda: 1  # diffusers puts rank r on device r % count: no accelerator here
+    from diffusers import ContextParallelConfig
+
+    from exactjit import distributed as xd
+    from exactjit.integrations import diffusers as xjd
+    runtime = ModelRuntime()
+    xd.default_runtime = lambda: runtime
+    problems = []
+
+    def build():
+        model = setup.build_model(torch.float32, device="cpu", **setup.TINY)
+        model.enable_parallelism(config=ContextParallelConfig(ulysses_degree=world))
+        return model
+
+    reference = setup.build_model(torch.float32, device="cpu", **setup.TINY)
+    inputs = setup.packed_inputs(reference, SEQ, text=TEXT, audio=AUDIO, batch=BATCH)
+    with torch.no_grad():
+        upstream = setup.upstream(reference(**inputs))
+    want = gradients(reference, inputs, upstream)
+    whole = {name for name, _ in xjd.whole_gradient_parameters(reference)}
+
+    plain = build()
+    parts = gradients(plain, inputs, upstream)
+    for name in sorted(whole):
+        if rel(parts[name], want[name]) < 1e-2:
+            problems.append(f"control: unpatched, rank {rank}'s {name} is already whole: the check cannot fail")
+            break
+
+    with kernels_on_cpu(), mock.patch.object(xd, "SequencePlan", wraps=xd.SequencePlan) as built:
+        model = setup.build_model(torch.float32, device="cpu", **setup.TINY)
+        xjd.apply(model, sequence_parallel=True)
+        model.enable_parallelism(config=ContextParallelConfig(ulysses_degree=world))
+        got = gradients(model, inputs, upstream)
+        again = gradients(model, inputs, upstream)
+        if built.call_count != 2:
+            problems.append(f"one layout built {built.call_count} plans, want 2 (blocks' index, norm_out's)")
+        sizes = [list(call.args[2]) for call in built.call_args_list]
+        if sizes != [[15, 15]] * 2:
+            problems.append(f"plans built for shards {sizes}, diffusers' split gives [15, 15]")
+        for name, g in got.items():
+            if not torch.equal(g, again[name]):
+                problems.append(f"{name}: a second step gave other bits")
+            if name in whole:
+                if not same_on_every_rank(g):
+                    problems.append(f"{name}: the ranks' gradients differ (not whole)")
+                if rel(g, want[name]) > 1e-4:
+                    problems.append(f"{name}: {rel(g, want[name]):.1e} from the one-process gradient (not whole)")
+            elif g is not None and rel(summed(g), want[name]) > 1e-4:
+                problems.append(f"{name}: the ranks' parts do not sum to the gradient ({rel(summed(g), want[name]):.1e})")
+
+        copied = dict(inputs, timestep_indices=inputs["timestep_indices"].clone())
+        gradients(model, copied, upstream)
+        if built.call_count != 2:
+            problems.append("an equal index in a new tensor rebuilt the plans")
+        moved = dict(inputs, timestep_indices=inputs["timestep_indices"].roll(1))
+        gradients(model, moved, upstream)
+        if built.call_count != 4:
+            problems.append("a new layout did not rebuild the plans")
+        shards = model.__dict__[xjd.RECORD].swaps[0][2].keywords["shards"]
+        with torch.no_grad():
+            model(**inputs)
+        if shards.active is not None:
+            problems.append("a forward without gradients kept plans active")
+
+    with kernels_on_cpu(devices=frozenset()):  # nothing goes to the kernels: the fallback would be a part
+        try:
+            gradients(model, inputs, upstream)
+            problems.append("an input the kernels do not take fell back instead of raising")
+        except ValueError as e:
+            if "sequence_parallel" not in str(e):
+                problems.append(f"unexpected refusal: {e}")
+    write_problems(folder, rank, problems)
+    dist.destroy_process_group()
+
+
+@unittest.skipUnless(HAS_DIFFUSERS and HAS_GLOO, "torch with gloo, and diffusers, are needed")
+class ContextParallelOnCpuRanks(unittest.TestCase):
+    maxDiff = None
+
+    def test_whole_gradients_on_every_rank(self):
+        self.assertEqual(problems_of_ranks(rank_main, 2), {})
+
+    def test_shard_sizes_are_diffusers_split(self):
+        from exactjit.integrations._context_parallel import shard_sizes
+        for seq in (1, 2, 5, 29, 4097):
+            for ranks in (1, 2, 3, 8):
+                if seq >= ranks:
+                    parts = [len(p) for p in torch.arange(seq).tensor_split(ranks)]
+                    self.assertEqual(shard_sizes(seq, ranks, True), parts)
+                if seq % ranks == 0:
+                    self.assertEqual(shard_sizes(seq, ranks, False), [len(p) for p in torch.arange(seq).chunk(ranks)])
+        with self.assertRaisesRegex(ValueError, "not divisible"):
+            shard_sizes(29, 2, False)
+
+    def test_sequence_parallel_is_refused_below_the_model(self):
+        from exactjit.integrations import diffusers as xjd
+        model = setup.build_model(torch.float32, device="cpu", **setup.TINY)
+        for module in (model.transformer_blocks[0], model.norm_out):
+            with self.assertRaisesRegex(ValueError, "sequence_parallel applies to a MiniMaxH3Transformer3DModel"):
+                xjd.apply(module, sequence_parallel=True)
+            self.assertNotIn("forward", module.__dict__)
+        with self.assertRaisesRegex(ValueError, "expected a MiniMaxH3Transformer3DModel"):
+            xjd.whole_gradient_parameters(model.norm_out)
+        names = [n for n, _ in xjd.whole_gradient_parameters(model)]
+        self.assertIn("time_embedder.linear_1.weight", names)
+        self.assertIn("transformer_blocks.1.adaln_proj.linear.bias", names)
+        self.assertIn("transformer_blocks.0.norm2.weight", names)
+        self.assertIn("norm_out.linear.weight", names)
+        self.assertFalse([n for n in names if ".attn." in n or ".ff." in n or n.startswith("token_refiner")])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -19,8 +19,10 @@ sequence before block 0; ulysses all-to-alls in attention), and:
                norm1/norm2 weights, norm_out) is byte-equal to the one-GPU gradient on every rank.
                The other parameters hold this rank's part; their sum over the ranks is printed
                against the one-GPU gradient (rel-L2; not bitwise: a sum of parts is another order).
-  control      unpatched under context parallelism, the same parameters' ranks hold parts: the
-               naive reduction (their sum over the ranks) does not give the one-GPU bits.
+  control      patched without sequence_parallel (the same kernels, row-local), each rank holds
+               its part of those parameters' gradients: the naive reduction (their sum over the
+               ranks) must not give the one-GPU bits, or the comparison could not fail. Its forward
+               rows are the one-GPU rows too.
 
 Usage: python3 tests/gpu/context_parallel_torch.py [--ranks 2] [--seq 4098] [--backend auto]
     [--report cp.md] [--json cp.json]
@@ -134,15 +136,21 @@ def worker(rank, world, args, init_file, result_file):
           ", ".join(f"{name} {value:.1e}" for name, value in parts.items()))
     del model, got
 
+    parts_model = parallel(xjd.apply(setup.build_model(torch.bfloat16, device=device)))
+    parts_got = step(parts_model, inputs, upstream, True)
+    check("forward", "patched without sequence_parallel, autograd: this rank == one GPU",
+          *outputs_bitwise([*parts_got[0], parts_got[1]], [*one[0], one[1]], rows))
+    naive_equal = [compare(summed(parts_got[2][name]).to(one[2][name].dtype), one[2][name])[0] for name in whole]
+    check("control", "without sequence_parallel (the same kernels, each rank's part): the parts summed over the "
+          "ranks give the one-GPU bits for none of the whole-gradient parameters", not any(naive_equal),
+          f"{sum(naive_equal)}/{len(whole)} equal")
+    del parts_model, parts_got
+
     plain = parallel(setup.build_model(torch.bfloat16, device=device))
-    plain_got = step(plain, inputs, upstream, True)
     plain_no_grad = step(plain, inputs, None, False)
     ok, detail = outputs_bitwise([*plain_no_grad[0], plain_no_grad[1]], [*plain_one[0], plain_one[1]], rows)
-    check("forward", "unpatched, no_grad: this rank == one GPU (diffusers' own split; context)", True,
+    check("forward", "unpatched, no_grad: this rank == one GPU (diffusers' own split; context, not a check)", True,
           ("bitwise: " if ok else "NOT bitwise: ") + detail)
-    naive_equal = [compare(summed(plain_got[2][name]).to(one[2][name].dtype), one[2][name])[0] for name in whole]
-    check("control", "unpatched: the ranks' parts summed give the one-GPU bits for none of the whole-gradient "
-          "parameters", not any(naive_equal), f"{sum(naive_equal)}/{len(whole)} equal")
     print(f"rank {rank}: {time.perf_counter() - start:.1f} s", flush=True)
     leave(world, results, result_file)
 

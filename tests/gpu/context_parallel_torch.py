@@ -2,7 +2,9 @@
 """exactjit.integrations.diffusers under diffusers' context parallelism (issue 18 item 3), on the GPU machine.
 
 --ranks processes form a torch.distributed group (--backend: default nccl where every rank has a GPU
-of its own, else gloo, every rank on cuda:0). Each builds the same MiniMax-H3 transformer
+of its own, else gloo, every rank on cuda:0; with gloo, diffusers' all-gather of the output rows goes
+through the host, since gloo's all_gather_tensor crashes on CUDA tensors; its ulysses all-to-alls
+run as they are). Each builds the same MiniMax-H3 transformer
 (bench/minimax_h3_setup.py: H 5376, 56 heads x 128, 2 blocks, bf16 with the fp32 modules; random
 weights, norm weights 1 + 0.1 randn) and the same packed sequence of --seq rows (T = 3), and patches it
 with apply(sequence_parallel=True). The one-GPU reference is that model before parallelism is
@@ -95,8 +97,22 @@ def outputs_bitwise(got, want, rows):
     return True, "video, audio and this rank's norm_out rows bitwise equal"
 
 
+def gather_through_host(tensor, gather_dim, group, tag=""):
+    """funcol.all_gather_tensor for gloo: the ranks' tensors through the host, concatenated along
+    gather_dim in rank order, back on tensor's device (copies, as the collective's). gloo's
+    all-gather into one tensor crashes the process on CUDA tensors (torch 2.11: SIGSEGV in
+    wait_tensor); diffusers gathers the output heads' rows with it."""
+    host = tensor.detach().cpu()
+    parts = [torch.empty_like(host) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, host, group=group)
+    return torch.cat(parts, dim=gather_dim).to(tensor.device)
+
+
 def worker(rank, world, args, init_file, result_file):
     device = join(rank, world, args.backend, init_file)
+    if args.backend == "gloo":
+        import torch.distributed._functional_collectives as funcol
+        funcol.all_gather_tensor = gather_through_host
     import minimax_h3_setup as setup
     from diffusers import ContextParallelConfig
 

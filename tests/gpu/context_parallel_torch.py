@@ -4,27 +4,31 @@
 --ranks processes form a torch.distributed group (--backend: default nccl where every rank has a GPU
 of its own, else gloo, every rank on cuda:0; with gloo, diffusers' all-gather of the output rows goes
 through the host, since gloo's all_gather_tensor crashes on CUDA tensors; its ulysses all-to-alls
-run as they are). Each builds the same MiniMax-H3 transformer
-(bench/minimax_h3_setup.py: H 5376, 56 heads x 128, 2 blocks, bf16 with the fp32 modules; random
-weights, norm weights 1 + 0.1 randn) and the same packed sequence of --seq rows (T = 3), and patches it
-with apply(sequence_parallel=True). The one-GPU reference is that model before parallelism is
-enabled: its outputs, and its gradients for a fixed upstream gradient. Then
+run as they are). Each builds the same MiniMax-H3 transformer (bench/minimax_h3_setup.py: H 5376,
+56 heads x 128, 2 blocks, bf16 with the fp32 modules; random weights, norm weights 1 + 0.1 randn)
+and the same packed sequence of --seq rows (T = 3), and runs it under
 `enable_parallelism(ContextParallelConfig(ulysses_degree=ranks))` (diffusers' `_cp_plan` splits the
-sequence before block 0; ulysses all-to-alls in attention), and:
+sequence before block 0; ulysses all-to-alls in attention).
 
-  forward      (a) the outputs (video and audio velocities, gathered by diffusers) and norm_out's
-               output rows of this rank are bitwise the one-GPU model's: under no_grad and with
-               autograd (where exactjit.distributed's ops run). (b) The same model unpatched under
-               context parallelism against unpatched on one GPU: whether diffusers' own split is
-               bitwise (context for (a): our ops are row-local, so (a) holds exactly when (b) does).
-  gradients    every parameter of whole_gradient_parameters (timestep MLP, AdaLN projections,
-               norm1/norm2 weights, norm_out) is byte-equal to the one-GPU gradient on every rank.
-               The other parameters hold this rank's part; their sum over the ranks is printed
-               against the one-GPU gradient (rel-L2; not bitwise: a sum of parts is another order).
-  control      patched without sequence_parallel (the same kernels, row-local), each rank holds
-               its part of those parameters' gradients: the naive reduction (their sum over the
-               ranks) must not give the one-GPU bits, or the comparison could not fail. Its forward
-               rows are the one-GPU rows too.
+Checks (pass/fail):
+  ops          Inside one forward + backward of the model patched with sequence_parallel, every
+               call of an exactjit.distributed op (each block's norm1, fused norm2, second gated
+               residual; norm_out) is recorded with its shard inputs and, through tensor hooks, the
+               upstream gradients of its outputs and the gradients of its parameters. The ranks'
+               shards are gathered and the one-GPU exactjit op runs on the whole rows with the whole
+               upstream gradient: its output rows equal this rank's, and its table and weight
+               gradients (d_gate, dshift, dscale, dweight) equal the whole ones this rank got, byte
+               for byte.
+  forward      The patched model's outputs under context parallelism are bitwise the unpatched
+               model's under context parallelism (no_grad, and with autograd where the distributed
+               ops run): exactjit changes no bit of diffusers' context-parallel model.
+  control      Patched without sequence_parallel (the same kernels, each rank its part of the
+               table and weight gradients): summing the parts over the ranks does not give the
+               whole gradients the sequence_parallel run gives, or the ops check could not fail.
+Context (reported, not checks: they measure diffusers and cuBLAS, not exactjit):
+  one GPU      The context-parallel outputs and the whole_gradient_parameters gradients against
+               the same model on one GPU; and whether cuBLAS gives a GEMM's first half of rows the
+               same bits as the whole GEMM's (the sharded projections' M is S / ranks).
 
 Usage: python3 tests/gpu/context_parallel_torch.py [--ranks 2] [--seq 4098] [--backend auto]
     [--report cp.md] [--json cp.json]
@@ -54,25 +58,25 @@ from rank_runs import join, leave, report, run_worlds  # noqa: E402
 
 
 def step(model, inputs, upstream, grad):
-    """(outputs, norm_out's output, {name: gradient}) of one forward (+ backward with grad)."""
-    seen = []
-    handle = model.norm_out.register_forward_hook(lambda m, a, out: seen.append(out.detach()))
-    try:
-        if not grad:
-            with torch.no_grad():
-                return [o.detach() for o in model(**inputs)], seen[0], {}
-        names, params = zip(*model.named_parameters())
-        outputs = model(**inputs)
-        grads = torch.autograd.grad(outputs, params, upstream, allow_unused=True)
-        return [o.detach() for o in outputs], seen[0], dict(zip(names, grads))
-    finally:
-        handle.remove()
+    """(outputs, {name: gradient}) of one forward (+ backward with grad)."""
+    if not grad:
+        with torch.no_grad():
+            return [o.detach() for o in model(**inputs)], {}
+    names, params = zip(*model.named_parameters())
+    outputs = model(**inputs)
+    grads = torch.autograd.grad(outputs, params, upstream, allow_unused=True)
+    return [o.detach() for o in outputs], dict(zip(names, grads))
 
 
-# Parameters outside whole_gradient_parameters, one per kind of place: before the split, attention,
-# feed-forward, the token refiner (a few: each is summed over the ranks, through the host on gloo).
-OTHERS = ("proj_in.weight", "transformer_blocks.0.attn.to_q.weight", "transformer_blocks.1.ff.net.2.weight",
-          "token_refiner.final_norm.weight")
+def gather_through_host(tensor, gather_dim, group, tag=""):
+    """funcol.all_gather_tensor for gloo: the ranks' tensors through the host, concatenated along
+    gather_dim in rank order, back on tensor's device (copies, as the collective's). gloo's
+    all-gather into one tensor crashes the process on CUDA tensors (torch 2.11: SIGSEGV in
+    wait_tensor); diffusers gathers the output heads' rows with it."""
+    host = tensor.detach().contiguous().cpu()
+    parts = [torch.empty_like(host) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, host, group=group)
+    return torch.cat(parts, dim=gather_dim).to(tensor.device)
 
 
 def summed(grad):
@@ -82,30 +86,122 @@ def summed(grad):
     return total.to(grad.device)
 
 
-def rel_l2(got, want):
-    return float((got.double() - want.double()).norm() / want.double().norm())
-
-
-def outputs_bitwise(got, want, rows):
-    """(ok, detail) for gathered outputs and this rank's norm_out rows against the one-GPU run."""
-    (video, audio, norm_rows), (ref_video, ref_audio, ref_norm) = got, want
-    for name, g, w in (("video", video, ref_video), ("audio", audio, ref_audio),
-                       ("norm_out rows", norm_rows, ref_norm[:, rows])):
-        ok, detail = compare(g, w)
+def all_bitwise(pairs):
+    """(ok, detail) over (name, got, want) triples: the first difference, else all equal."""
+    for name, got, want in pairs:
+        ok, detail = compare(got, want)
         if not ok:
             return False, f"{name}: {detail}"
-    return True, "video, audio and this rank's norm_out rows bitwise equal"
+    return True, f"{', '.join(name for name, _, _ in pairs)} bitwise equal"
 
 
-def gather_through_host(tensor, gather_dim, group, tag=""):
-    """funcol.all_gather_tensor for gloo: the ranks' tensors through the host, concatenated along
-    gather_dim in rank order, back on tensor's device (copies, as the collective's). gloo's
-    all-gather into one tensor crashes the process on CUDA tensors (torch 2.11: SIGSEGV in
-    wait_tensor); diffusers gathers the output heads' rows with it."""
-    host = tensor.detach().cpu()
-    parts = [torch.empty_like(host) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(parts, host, group=group)
-    return torch.cat(parts, dim=gather_dim).to(tensor.device)
+# What each exactjit.distributed op takes: its shard inputs, its parameters (whose gradients are
+# whole on every rank) and the names of its outputs. The inputs' gradients are not compared: a
+# hook on an input sees the sum over all its uses (the block input feeds norm1 and the residual).
+SIGNATURES = {
+    "rms_norm": (("x",), ("weight", "shift", "scale"), ("out",)),
+    "gate_residual_rms_norm": (("residual", "y"), ("gate", "weight", "shift", "scale"), ("h", "out")),
+    "gate_residual": (("residual", "y"), ("gate",), ("out",)),
+}
+
+
+class Recorder:
+    """Wraps exactjit.distributed's ops (the integration looks them up at each call): keeps each
+    call's arguments and outputs, and hooks its parameters and outputs (each used once) to keep the
+    gradient the backward gives it."""
+
+    def __init__(self, xd):
+        self.xd, self.calls, self.handles = xd, [], []
+
+    def __enter__(self):
+        self.saved = {op: getattr(self.xd, op) for op in SIGNATURES}
+        for op, fn in self.saved.items():
+            setattr(self.xd, op, self._wrap(op, fn))
+        return self
+
+    def __exit__(self, *exc):
+        for op, fn in self.saved.items():
+            setattr(self.xd, op, fn)
+        for handle in self.handles:
+            handle.remove()
+
+    def _keep(self, call, name, tensor):
+        if tensor is not None and tensor.requires_grad:
+            self.handles.append(tensor.register_hook(lambda g: call["grads"].__setitem__(name, g)))
+
+    def _wrap(self, op, fn):
+        inputs, params, outputs = SIGNATURES[op]
+        positional = {"rms_norm": ("x", "weight", "eps", "plan"),
+                      "gate_residual_rms_norm": ("residual", "gate", "y", "weight", "eps", "plan"),
+                      "gate_residual": ("residual", "gate", "y", "plan")}[op]
+
+        def wrapped(*args, **kwargs):
+            named = dict(zip(positional, args), **kwargs)
+            out = fn(*args, **kwargs)
+            outs = out if isinstance(out, tuple) else (out,)
+            call = dict(op=op, args=named, outputs=dict(zip(outputs, (o.detach() for o in outs))), grads={})
+            for name in params:
+                self._keep(call, name, named.get(name))
+            for name, tensor in zip(outputs, outs):
+                self._keep(call, "d_" + name, tensor)
+            self.calls.append(call)
+            return out
+        return wrapped
+
+
+def gathered_rows(tensor, group):
+    """The whole (B, S, H) from every rank's (B, S_r, H) rows (equal shards), through the host on gloo."""
+    return gather_through_host(tensor, 1, group)
+
+
+def one_gpu_op(xj, call, group):
+    """The one-GPU exactjit op on the gathered rows, with the gathered upstream gradients: its
+    outputs (whole rows) and {name: gradient} of the call's parameters."""
+    op, args, grads = call["op"], call["args"], call["grads"]
+    inputs, params, outputs = SIGNATURES[op]
+    plan = args["plan"]
+    leaves = {name: gathered_rows(args[name], group) for name in inputs}
+    leaves.update({name: args[name].detach().clone().requires_grad_() for name in params if args.get(name) is not None})
+    if op == "rms_norm":
+        outs = (xj.rms_norm(leaves["x"], leaves["weight"], args["eps"], shift=leaves.get("shift"),
+                            scale=leaves.get("scale"), index=plan.keys if "scale" in leaves else None),)
+    elif op == "gate_residual_rms_norm":
+        outs = xj.gate_residual_rms_norm(leaves["residual"], leaves["gate"], plan.keys, leaves["y"], leaves["weight"],
+                                         args["eps"], shift=leaves.get("shift"), scale=leaves.get("scale"))
+    else:
+        outs = (xj.gate_residual(leaves["residual"], leaves["gate"], plan.keys, leaves["y"]),)
+    upstream = [gathered_rows(grads["d_" + name], group) for name in outputs]
+    names = [name for name in params if name in leaves]
+    got = torch.autograd.grad(outs, [leaves[n] for n in names], upstream)
+    return dict(zip(outputs, (o.detach() for o in outs))), dict(zip(names, got))
+
+
+def op_checks(xj, recorder, rank, group):
+    """(quantity, ok, detail) per recorded call: this rank's output rows and whole gradients against
+    the one-GPU op on the gathered rows."""
+    checks, seen = [], {}
+    for call in recorder.calls:
+        op = call["op"]
+        seen[op] = seen.get(op, 0) + 1
+        want_out, want_grads = one_gpu_op(xj, call, group)
+        outputs = SIGNATURES[op][2]
+        size = call["outputs"][outputs[0]].shape[1]
+        rows = slice(rank * size, (rank + 1) * size)
+        pairs = [(name, call["outputs"][name], want_out[name][:, rows]) for name in outputs]
+        pairs += [("d_" + name, call["grads"][name], want_grads[name]) for name in want_grads]
+        checks.append((f"{op} call {seen[op]}: output rows and whole gradients == the one-GPU op",
+                       *all_bitwise(pairs)))
+    return checks
+
+
+def gemm_rows_context(device):
+    """Whether cuBLAS gives the first half of a GEMM's rows the bits of the whole GEMM (the
+    projections of a sharded sequence run with M = S / ranks)."""
+    gen = torch.Generator(device=device).manual_seed(3)
+    x = torch.randn(4098, 5376, generator=gen, device=device, dtype=torch.bfloat16)
+    w = torch.randn(5376, 5376, generator=gen, device=device, dtype=torch.bfloat16) * 0.02
+    ok, detail = compare(torch.nn.functional.linear(x[:2049], w), torch.nn.functional.linear(x, w)[:2049])
+    return ("bitwise: " if ok else "NOT bitwise: ") + detail
 
 
 def worker(rank, world, args, init_file, result_file):
@@ -116,57 +212,65 @@ def worker(rank, world, args, init_file, result_file):
     import minimax_h3_setup as setup
     from diffusers import ContextParallelConfig
 
+    import exactjit as xj
+    from exactjit import distributed as xd
     from exactjit.integrations import diffusers as xjd
     results = []
 
-    def check(group, quantity, ok, detail):
+    def record(group, quantity, ok, detail):
         results.append(dict(group=group, quantity=quantity, ok=bool(ok), detail=detail))
+
+    def build(**options):
+        return xjd.apply(setup.build_model(torch.bfloat16, device=device), **options)
 
     def parallel(model):
         model.enable_parallelism(config=ContextParallelConfig(ulysses_degree=world))
         return model
 
     start = time.perf_counter()
-    model = setup.build_model(torch.bfloat16, device=device)
+    model = build(sequence_parallel=True)
     inputs = setup.packed_inputs(model, args.seq)
-    rows = slice(rank * args.seq // world, (rank + 1) * args.seq // world)
-    plain_one = step(model, inputs, None, False)
-    upstream = setup.upstream(plain_one[0])
-    xjd.apply(model, sequence_parallel=True)
     one_no_grad = step(model, inputs, None, False)
+    upstream = setup.upstream(one_no_grad[0])
     one = step(model, inputs, upstream, True)
     whole = [name for name, _ in xjd.whole_gradient_parameters(model)]
 
     parallel(model)
-    got = step(model, inputs, None, False)
-    check("forward", "patched, no_grad: this rank == one GPU", *outputs_bitwise([*got[0], got[1]],
-                                                                               [*one_no_grad[0], one_no_grad[1]], rows))
-    got = step(model, inputs, upstream, True)
-    check("forward", "patched, autograd: this rank == one GPU", *outputs_bitwise([*got[0], got[1]],
-                                                                                [*one[0], one[1]], rows))
-    for name in whole:
-        ok, detail = compare(got[2][name], one[2][name])
-        check("gradients", f"{name}: whole on this rank == one GPU", ok, detail)
-    parts = {name: rel_l2(summed(got[2][name]), one[2][name]) for name in OTHERS}
-    check("gradients", "other parameters: this rank's part, summed over ranks vs one GPU (rel-L2, printed)", True,
-          ", ".join(f"{name} {value:.1e}" for name, value in parts.items()))
-    del model, got
-
-    parts_model = parallel(xjd.apply(setup.build_model(torch.bfloat16, device=device)))
-    parts_got = step(parts_model, inputs, upstream, True)
-    check("forward", "patched without sequence_parallel, autograd: this rank == one GPU",
-          *outputs_bitwise([*parts_got[0], parts_got[1]], [*one[0], one[1]], rows))
-    naive_equal = [compare(summed(parts_got[2][name]).to(one[2][name].dtype), one[2][name])[0] for name in whole]
-    check("control", "without sequence_parallel (the same kernels, each rank's part): the parts summed over the "
-          "ranks give the one-GPU bits for none of the whole-gradient parameters", not any(naive_equal),
-          f"{sum(naive_equal)}/{len(whole)} equal")
-    del parts_model, parts_got
+    group = model._parallel_config.context_parallel_config._flattened_mesh.get_group()
+    patched_no_grad = step(model, inputs, None, False)
+    with Recorder(xd) as recorder:
+        patched = step(model, inputs, upstream, True)
+    for quantity, ok, detail in op_checks(xj, recorder, rank, group):
+        record("ops", quantity, ok, detail)
+    if len(recorder.calls) != 3 * model.config.num_layers + 1:
+        record("ops", "every swapped op ran through exactjit.distributed", False,
+               f"{len(recorder.calls)} calls, want {3 * model.config.num_layers + 1}")
+    del model
 
     plain = parallel(setup.build_model(torch.bfloat16, device=device))
     plain_no_grad = step(plain, inputs, None, False)
-    ok, detail = outputs_bitwise([*plain_no_grad[0], plain_no_grad[1]], [*plain_one[0], plain_one[1]], rows)
-    check("forward", "unpatched, no_grad: this rank == one GPU (diffusers' own split; context, not a check)", True,
-          ("bitwise: " if ok else "NOT bitwise: ") + detail)
+    plain_grad = step(plain, inputs, upstream, True)
+    for label, got, want in (("no_grad", patched_no_grad, plain_no_grad), ("autograd", patched, plain_grad)):
+        record("forward", f"patched == unpatched under context parallelism, {label}",
+               *all_bitwise(list(zip(("video", "audio"), got[0], want[0]))))
+    del plain, plain_grad
+
+    parts_model = parallel(build())
+    parts = step(parts_model, inputs, upstream, True)
+    naive_equal = [compare(summed(parts[1][name]).to(patched[1][name].dtype), patched[1][name])[0] for name in whole]
+    record("control", "without sequence_parallel: the ranks' parts summed give the whole gradients for none of "
+           "the whole-gradient parameters", not any(naive_equal), f"{sum(naive_equal)}/{len(whole)} equal")
+    del parts_model, parts
+
+    same = all_bitwise(list(zip(("video", "audio"), patched[0], one[0])))
+    record("context", "outputs under context parallelism == one GPU (diffusers' split)", True,
+           ("bitwise: " if same[0] else "NOT bitwise: ") + same[1])
+    differing = [name for name in whole if not compare(patched[1][name], one[1][name])[0]]
+    record("context", "whole_gradient_parameters under context parallelism == one GPU", True,
+           f"{len(whole) - len(differing)}/{len(whole)} bitwise equal" +
+           (f" (differ: {', '.join(differing[:3])}{', ...' if len(differing) > 3 else ''})" if differing else ""))
+    record("context", "cuBLAS: rows 0..2048 of x @ W.T (4098 x 5376 x 5376 bf16) == the same rows of the whole GEMM",
+           True, gemm_rows_context(device))
     print(f"rank {rank}: {time.perf_counter() - start:.1f} s", flush=True)
     leave(world, results, result_file)
 

@@ -355,7 +355,7 @@ class DiffusersIntegration(unittest.TestCase, Bitwise):
         torch._dynamo.reset()
         unpatched = torch._dynamo.explain(block)(*args)
         self.assertEqual(unpatched.graph_break_count, 0, unpatched.break_reasons)
-        for options in (OPTION_SETS[0], OPTION_SETS[-1]):
+        for options in (OPTION_SETS[0], OPTION_SETS[-1], dict(sequence_parallel=True)):
             with self.subTest(**options), kernels_on_cpu(counting=False):
                 xjd.apply(model, **options)
                 try:

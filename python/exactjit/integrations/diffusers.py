@@ -317,8 +317,18 @@ class _Plan:
                        if options["sequence_parallel"] else None)
 
     def sharded(self, function):
-        """function, bound to this apply's ShardPlans where sequence_parallel is on."""
-        return function if self.shards is None else functools.partial(function, shards=self.shards)
+        """function, bound to this apply's ShardPlans where sequence_parallel is on.
+
+        NOTE: a closure, not functools.partial: dynamo cannot trace a module whose forward is a
+        method over a partial (trace_rules looks for the function's source file)."""
+        if self.shards is None:
+            return function
+        shards = self.shards
+
+        @functools.wraps(function)
+        def forward(module, *args, **kwargs):
+            return function(module, *args, shards=shards, **kwargs)
+        return forward
 
     def add(self, path, module, function):
         """module.forward will become `function` bound to module."""

@@ -56,6 +56,9 @@ sys.path.insert(0, HERE)
 from check_support import compare  # noqa: E402
 from rank_runs import join, leave, report, run_worlds  # noqa: E402
 
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+from distributed_calls import Recorder, call_checks, gather_through_host  # noqa: E402
+
 
 def step(model, inputs, upstream, grad):
     """(outputs, {name: gradient}) of one forward (+ backward with grad)."""
@@ -66,17 +69,6 @@ def step(model, inputs, upstream, grad):
     outputs = model(**inputs)
     grads = torch.autograd.grad(outputs, params, upstream, allow_unused=True)
     return [o.detach() for o in outputs], dict(zip(names, grads))
-
-
-def gather_through_host(tensor, gather_dim, group, tag=""):
-    """funcol.all_gather_tensor for gloo: the ranks' tensors through the host, concatenated along
-    gather_dim in rank order, back on tensor's device (copies, as the collective's). gloo's
-    all-gather into one tensor crashes the process on CUDA tensors (torch 2.11: SIGSEGV in
-    wait_tensor); diffusers gathers the output heads' rows with it."""
-    host = tensor.detach().contiguous().cpu()
-    parts = [torch.empty_like(host) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(parts, host, group=group)
-    return torch.cat(parts, dim=gather_dim).to(tensor.device)
 
 
 def summed(grad):
@@ -95,103 +87,18 @@ def all_bitwise(pairs):
     return True, f"{', '.join(name for name, _, _ in pairs)} bitwise equal"
 
 
-# What each exactjit.distributed op takes: its shard inputs, its parameters (whose gradients are
-# whole on every rank) and the names of its outputs. The inputs' gradients are not compared: a
-# hook on an input sees the sum over all its uses (the block input feeds norm1 and the residual).
-SIGNATURES = {
-    "rms_norm": (("x",), ("weight", "shift", "scale"), ("out",)),
-    "gate_residual_rms_norm": (("residual", "y"), ("gate", "weight", "shift", "scale"), ("h", "out")),
-    "gate_residual": (("residual", "y"), ("gate",), ("out",)),
-}
-
-
-class Recorder:
-    """Wraps exactjit.distributed's ops (the integration looks them up at each call): keeps each
-    call's arguments and outputs, and hooks its parameters and outputs (each used once) to keep the
-    gradient the backward gives it."""
-
-    def __init__(self, xd):
-        self.xd, self.calls, self.handles = xd, [], []
-
-    def __enter__(self):
-        self.saved = {op: getattr(self.xd, op) for op in SIGNATURES}
-        for op, fn in self.saved.items():
-            setattr(self.xd, op, self._wrap(op, fn))
-        return self
-
-    def __exit__(self, *exc):
-        for op, fn in self.saved.items():
-            setattr(self.xd, op, fn)
-        for handle in self.handles:
-            handle.remove()
-
-    def _keep(self, call, name, tensor):
-        if tensor is not None and tensor.requires_grad:
-            self.handles.append(tensor.register_hook(lambda g: call["grads"].__setitem__(name, g)))
-
-    def _wrap(self, op, fn):
-        inputs, params, outputs = SIGNATURES[op]
-        positional = {"rms_norm": ("x", "weight", "eps", "plan"),
-                      "gate_residual_rms_norm": ("residual", "gate", "y", "weight", "eps", "plan"),
-                      "gate_residual": ("residual", "gate", "y", "plan")}[op]
-
-        def wrapped(*args, **kwargs):
-            named = dict(zip(positional, args), **kwargs)
-            out = fn(*args, **kwargs)
-            outs = out if isinstance(out, tuple) else (out,)
-            call = dict(op=op, args=named, outputs=dict(zip(outputs, (o.detach() for o in outs))), grads={})
-            for name in params:
-                self._keep(call, name, named.get(name))
-            for name, tensor in zip(outputs, outs):
-                self._keep(call, "d_" + name, tensor)
-            self.calls.append(call)
-            return out
-        return wrapped
-
-
-def gathered_rows(tensor, group):
-    """The whole (B, S, H) from every rank's (B, S_r, H) rows (equal shards), through the host on gloo."""
-    return gather_through_host(tensor, 1, group)
-
-
-def one_gpu_op(xj, call, group):
-    """The one-GPU exactjit op on the gathered rows, with the gathered upstream gradients: its
-    outputs (whole rows) and {name: gradient} of the call's parameters."""
-    op, args, grads = call["op"], call["args"], call["grads"]
-    inputs, params, outputs = SIGNATURES[op]
-    plan = args["plan"]
-    leaves = {name: gathered_rows(args[name], group) for name in inputs}
-    leaves.update({name: args[name].detach().clone().requires_grad_() for name in params if args.get(name) is not None})
-    if op == "rms_norm":
-        outs = (xj.rms_norm(leaves["x"], leaves["weight"], args["eps"], shift=leaves.get("shift"),
-                            scale=leaves.get("scale"), index=plan.keys if "scale" in leaves else None),)
-    elif op == "gate_residual_rms_norm":
-        outs = xj.gate_residual_rms_norm(leaves["residual"], leaves["gate"], plan.keys, leaves["y"], leaves["weight"],
-                                         args["eps"], shift=leaves.get("shift"), scale=leaves.get("scale"))
-    else:
-        outs = (xj.gate_residual(leaves["residual"], leaves["gate"], plan.keys, leaves["y"]),)
-    upstream = [gathered_rows(grads["d_" + name], group) for name in outputs]
-    names = [name for name in params if name in leaves]
-    got = torch.autograd.grad(outs, [leaves[n] for n in names], upstream)
-    return dict(zip(outputs, (o.detach() for o in outs))), dict(zip(names, got))
-
-
-def op_checks(xj, recorder, rank, group):
-    """(quantity, ok, detail) per recorded call: this rank's output rows and whole gradients against
-    the one-GPU op on the gathered rows."""
-    checks, seen = [], {}
-    for call in recorder.calls:
-        op = call["op"]
-        seen[op] = seen.get(op, 0) + 1
-        want_out, want_grads = one_gpu_op(xj, call, group)
-        outputs = SIGNATURES[op][2]
-        size = call["outputs"][outputs[0]].shape[1]
-        rows = slice(rank * size, (rank + 1) * size)
-        pairs = [(name, call["outputs"][name], want_out[name][:, rows]) for name in outputs]
-        pairs += [("d_" + name, call["grads"][name], want_grads[name]) for name in want_grads]
-        checks.append((f"{op} call {seen[op]}: output rows and whole gradients == the one-GPU op",
-                       *all_bitwise(pairs)))
-    return checks
+def one_gpu_op(xj):
+    """The one-GPU exactjit op for distributed_calls.replay_whole."""
+    def run(op, leaves, eps, plan):
+        if op == "rms_norm":
+            modulated = "scale" in leaves
+            return (xj.rms_norm(leaves["x"], leaves["weight"], eps, shift=leaves.get("shift"),
+                                scale=leaves.get("scale"), index=plan.keys if modulated else None),)
+        if op == "gate_residual_rms_norm":
+            return xj.gate_residual_rms_norm(leaves["residual"], leaves["gate"], plan.keys, leaves["y"],
+                                             leaves["weight"], eps, shift=leaves.get("shift"), scale=leaves.get("scale"))
+        return (xj.gate_residual(leaves["residual"], leaves["gate"], plan.keys, leaves["y"]),)
+    return run
 
 
 def gemm_rows_context(device):
@@ -240,7 +147,7 @@ def worker(rank, world, args, init_file, result_file):
     patched_no_grad = step(model, inputs, None, False)
     with Recorder(xd) as recorder:
         patched = step(model, inputs, upstream, True)
-    for quantity, ok, detail in op_checks(xj, recorder, rank, group):
+    for quantity, ok, detail in call_checks(recorder, rank, group, one_gpu_op(xj), compare):
         record("ops", quantity, ok, detail)
     if len(recorder.calls) != 3 * model.config.num_layers + 1:
         record("ops", "every swapped op ran through exactjit.distributed", False,

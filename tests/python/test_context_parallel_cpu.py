@@ -10,7 +10,9 @@ plans from the unsplit index with diffusers' shard sizes, once per layout; every
 same whole gradient of each parameter whole_gradient_parameters lists, close to the one-process
 model's (the model's sums are in another order than eager's, and diffusers' split changes the
 other ops' rounding), while the unpatched model's ranks hold parts of it (the control: the check
-can fail), and every other parameter keeps its per-rank part; a forward without gradients runs
+can fail), and every other parameter keeps its per-rank part; inside the step, every
+exactjit.distributed call's output rows and whole gradients are byte-equal to the same op over the
+gathered rows on one rank (distributed_calls.py, as the GPU check does with the one-GPU ops); a forward without gradients runs
 the one-GPU ops; an input the kernels do not take raises instead of falling back to a part.
 
 Tests that need torch, diffusers or gloo skip without them. Run by ctest.
@@ -33,6 +35,7 @@ if HAS_DIFFUSERS:
     from unittest import mock
 
     import minimax_h3_setup as setup
+    from distributed_calls import Recorder, call_checks
     from gloo_ranks import problems_of_ranks, write_problems
     from test_distributed_cpu import ModelRuntime
     from test_integration_cpu import kernels_on_cpu
@@ -62,6 +65,26 @@ def summed(tensor):
     total = tensor.clone()
     dist.all_reduce(total)
     return total
+
+
+def bits_equal(got, want):
+    same = got.shape == want.shape and torch.equal(got.view(torch.int32), want.view(torch.int32))
+    return same, "bitwise equal" if same else "differs"
+
+
+def whole_sequence_op(xd, alone):
+    """exactjit.distributed's op over a group of one rank holding the whole sequence (the one-GPU
+    sums, with the kernels modelled), for distributed_calls.replay_whole."""
+    def run(op, leaves, eps, plan):
+        whole = xd.SequencePlan(plan.keys, plan.table_rows, [plan.seq], batch=plan.batch, group=alone, device="cpu")
+        if op == "rms_norm":
+            return (xd.rms_norm(leaves["x"], leaves["weight"], eps, whole, shift=leaves.get("shift"),
+                                scale=leaves.get("scale")),)
+        if op == "gate_residual_rms_norm":
+            return xd.gate_residual_rms_norm(leaves["residual"], leaves["gate"], leaves["y"], leaves["weight"], eps,
+                                             whole, shift=leaves.get("shift"), scale=leaves.get("scale"))
+        return (xd.gate_residual(leaves["residual"], leaves["gate"], leaves["y"], whole),)
+    return run
 
 
 def rank_main(rank, world, folder):
@@ -129,6 +152,16 @@ def rank_main(rank, world, folder):
             model(**inputs)
         if sharded_norm.call_count:
             problems.append("a forward without gradients ran exactjit.distributed's ops")
+
+    alone = [dist.new_group([r]) for r in range(world)][rank]  # every rank makes every group
+    with kernels_on_cpu(), Recorder(xd) as recorder:
+        gradients(model, inputs, upstream)
+    for quantity, ok, detail in call_checks(recorder, rank, dist.group.WORLD, whole_sequence_op(xd, alone),
+                                            bits_equal):
+        if not ok:
+            problems.append(f"{quantity}: {detail}")
+    if len(recorder.calls) != 3 * model.config.num_layers + 1:
+        problems.append(f"{len(recorder.calls)} exactjit.distributed calls in a step")
 
     with kernels_on_cpu(devices=frozenset()):  # nothing goes to the kernels: the fallback would be a part
         try:

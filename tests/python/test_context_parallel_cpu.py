@@ -13,7 +13,7 @@ other ops' rounding), while the unpatched model's ranks hold parts of it (the co
 can fail), and every other parameter keeps its per-rank part; inside the step, every
 exactjit.distributed call's output rows and whole gradients are byte-equal to the same op over the
 gathered rows on one rank (distributed_calls.py, as the GPU check does with the one-GPU ops); a forward without gradients runs
-the one-GPU ops; an input the kernels do not take raises instead of falling back to a part.
+the one-GPU ops; torch.compile (graph breaks around the distributed ops) gives eager's whole gradients; an input the kernels do not take raises instead of falling back to a part.
 
 Tests that need torch, diffusers or gloo skip without them. Run by ctest.
 """
@@ -48,10 +48,11 @@ def rel(got, want):
     return float((got.double() - want.double()).norm() / want.double().norm())
 
 
-def gradients(model, inputs, upstream):
-    """{name: gradient} of every parameter for one forward and `upstream`."""
+def gradients(model, inputs, upstream, run=None):
+    """{name: gradient} of every parameter of model for one forward (of `run`, default model) and
+    `upstream`."""
     names, params = zip(*model.named_parameters())
-    outputs = model(**inputs)
+    outputs = (model if run is None else run)(**inputs)
     return dict(zip(names, torch.autograd.grad(outputs, params, upstream, allow_unused=True)))
 
 
@@ -162,6 +163,10 @@ def rank_main(rank, world, folder):
             problems.append(f"{quantity}: {detail}")
     if len(recorder.calls) != 3 * model.config.num_layers + 1:
         problems.append(f"{len(recorder.calls)} exactjit.distributed calls in a step")
+    with kernels_on_cpu():
+        compiled = gradients(model, inputs, upstream, run=torch.compile(model, backend="eager"))
+    if any(not torch.equal(compiled[name], got[name]) for name in whole):
+        problems.append("under torch.compile the whole gradients differ from eager's")
 
     with kernels_on_cpu(devices=frozenset()):  # nothing goes to the kernels: the fallback would be a part
         try:

@@ -45,10 +45,6 @@ class ShardPlans:
         if cp is None or not torch.is_grad_enabled():
             self.active = None
             return
-        if torch.compiler.is_compiling():
-            raise RuntimeError("exactjit.integrations.diffusers: apply(sequence_parallel=True) runs eagerly under "
-                               "context parallelism (its collectives are not traced); compile without "
-                               "sequence_parallel, or run this model eagerly")
         bound = self._signature.bind(model, *args, **kwargs).arguments
         steps, tags = bound["timestep_indices"], bound["token_tags"]
         latents, timestep = bound["hidden_states"], bound["timestep"]

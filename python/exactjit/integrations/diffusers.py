@@ -46,9 +46,10 @@ gradients reach: whole_gradient_parameters(model) lists them; a data-parallel re
 them out (summing P whole copies is not the gradient), while every other parameter keeps its
 per-rank part as unpatched. The model's forward builds the plans from the unsplit timestep_indices
 and token_tags once per layout (one host copy of the index; reusing the same index tensors skips
-even the comparison). Without context parallelism, or without gradients, it changes nothing. Eager
-only (the collectives are not traced by torch.compile); an input the kernels do not take raises
-instead of falling back, since the fallback's gradient would be one rank's part.
+even the comparison). Without context parallelism, or without gradients, it changes nothing. Under
+torch.compile the plan building and exactjit.distributed's ops run between graphs (graph breaks, so
+not fullgraph=True), with the eager gradients' bits. An input the kernels do not take raises instead
+of falling back, since the fallback's gradient would be one rank's part.
 
 Applying twice with the same options does nothing; with other options it is refused (remove first).
 An applied model can be compiled; apply and remove also take the compiled wrapper, and dynamo

@@ -204,9 +204,13 @@ class _GateResidual(torch.autograd.Function):
 def gate_residual_table_grad(grad, y, plan, dtype):
     """gate_residual's d_gate (R, H) in dtype (torch.float32 keeps the fp32 sums) from this rank's
     shard of the upstream gradient and of y: the single-GPU bits, on every rank."""
+    return plan.fold(_gate_partials(plan, *plan.owned_rows(*_gate_rows(grad, y))), dtype)
+
+
+def _gate_rows(grad, y):
+    """The rows gate_residual's table sum reads: grad and y as (B * S_r, H)."""
     hidden = y.shape[-1]
-    rows = plan.owned_rows(grad.contiguous().view(-1, hidden), y.contiguous().view(-1, hidden))
-    return plan.fold(_gate_partials(plan, *rows), dtype)
+    return grad.contiguous().view(-1, hidden), y.contiguous().view(-1, hidden)
 
 
 def _gate_partials(plan, grad_rows, y_rows):
@@ -348,12 +352,10 @@ def _fused_table_grads(plan, grad_out, h, rstd, d_residual, y, gate, weight, sca
     table sum of d_residual and rms_norm's sums over (grad_out, h, rstd). Modulated, both are sums
     over the index's plan: one exchange of their rows and one gather of their partials; plain, the
     norm's dweight takes the rows plan, so the two go separately."""
-    hidden = y.shape[-1]
-    gate_rows = d_residual.contiguous().view(-1, hidden), y.contiguous().view(-1, hidden)
     if scale is None or not any(norm_needs):
-        d_gate = plan.fold(_gate_partials(plan, *plan.owned_rows(*gate_rows)), gate.dtype) if need_gate else None
+        d_gate = gate_residual_table_grad(d_residual, y, plan, gate.dtype) if need_gate else None
         return (d_gate, *_norm_grads(norm_needs, grad_out, h, rstd, weight, scale, plan))
-    rows = plan.owned_rows(*_norm_rows(grad_out, h, rstd), *(gate_rows if need_gate else ()))
+    rows = plan.owned_rows(*_norm_rows(grad_out, h, rstd), *(_gate_rows(d_residual, y) if need_gate else ()))
     parts, wanted = _norm_fold_parts(plan, rows[:3], weight, scale, norm_needs, None)
     if need_gate:
         parts.append((_gate_partials(plan, *rows[3:]), gate.dtype, False))

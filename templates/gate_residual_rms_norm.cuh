@@ -8,9 +8,9 @@
 //
 // Geometry: rms_norm's: each row has its own kRowThreads threads (128, or one warp where H <= 128),
 // kRowsPerBlock rows to a 128-thread block (the launch is rms_norm's plan); a thread
-// loads its residual and y quads, then forms h quad by quad with the gate's (an L1/L2 hit) in the
-// registers rms_norm keeps x in, stores it and sums its squares in PyTorch's order. The modulation
-// is a spec constant, not a run-time flag: compiling both paths took 100 registers instead of 64.
+// loads its residual, y and gate quads, then forms h quad by quad in the registers rms_norm keeps
+// x in, stores it and sums its squares in PyTorch's order. The modulation is a spec constant, not
+// a run-time flag: compiling both paths took 100 registers instead of 64.
 namespace gate_residual_rms_norm {
 
 typedef xj::StorageOf<spec::kDType>::type T;
@@ -64,15 +64,21 @@ XJ_ENTRY(const gate_residual_rms_norm::T* __restrict__ residual, const gate_resi
       xj::load_quad(ys[k], y + base + 4 * v);
     }
   }
+  // The gate's quads (L1/L2 hits: every row of a table row shares them) all issued before the
+  // first h store: loaded one a quad beside the stores, each waited out its own round trip.
+  Quad gates[kQuadsPerThread];
+#pragma unroll
+  for (int k = 0; k < kQuadsPerThread; ++k) {
+    const int v = t + k * kRowThreads;
+    if (live && in_row(v)) xj::load_quad(gates[k], gate_row + 4 * v);
+  }
   float s = 0.0f;
 #pragma unroll
   for (int k = 0; k < kQuadsPerThread; ++k) {
     const int v = t + k * kRowThreads;
     if (live && in_row(v)) {
-      Quad g;  // an L1/L2 hit: every row of a table row shares it
-      xj::load_quad(g, gate_row + 4 * v);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) quads[k].v[e] = xj::gate_residual_element(quads[k].v[e], g.v[e], ys[k].v[e]);
+      for (int e = 0; e < 4; ++e) quads[k].v[e] = xj::gate_residual_element(quads[k].v[e], gates[k].v[e], ys[k].v[e]);
       xj::store_quad(h + base + 4 * v, quads[k]);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {

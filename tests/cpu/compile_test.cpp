@@ -161,6 +161,11 @@ TEST(PtxAudit, GateResidualRmsNormFusesOnlyTheSumOfSquares) {
     EXPECT_EQ(count(*ptx, std::regex("\\b(ld|st)\\.local")), 0u) << spec.describe();
     // h = rT(residual + rT(gate * y)): its multiply and add per element, at least.
     EXPECT_GE(count(*ptx, std::regex("\\bmul\\.rn\\.f32")), 4 * quads_per_thread) << spec.describe();
+    // Every residual, y and gate quad is loaded before the first h store: a gate quad loaded beside
+    // the stores waits out its own L1/L2 round trip (the stores' asm keeps the loads behind them).
+    const size_t first_store = ptx->find("st.global.v");
+    ASSERT_NE(first_store, std::string::npos) << spec.describe();
+    EXPECT_EQ(count(ptx->substr(0, first_store), "ld\\.global\\.nc\\.v[24]"), 3 * quads_per_thread) << spec.describe();
   }
 }
 

@@ -63,7 +63,7 @@ class ShardPlans:
             if same or (torch.equal(steps, old_steps[0]) and torch.equal(tags, old_tags[0])):
                 self._layout = (key, (steps, steps._version), (tags, tags._version), plans)
                 return plans
-        from .. import distributed
+        distributed = distributed_module()
         sizes, batch, timesteps, group, device = key
         adaln = steps * self._modalities + tags
         plans = dict(adaln=distributed.SequencePlan(adaln, self._modalities * timesteps, sizes, batch=batch,
@@ -84,3 +84,9 @@ class ShardPlans:
                              f"{plan.rank}, the plan expects {plan.size}: the sequence was not split as diffusers' "
                              "_cp_plan splits it")
         return plan
+
+
+def distributed_module():
+    """exactjit.distributed (it imports torch.distributed: loaded on first use)."""
+    from .. import distributed
+    return distributed

@@ -64,7 +64,7 @@ import torch
 import torch.nn.functional as F
 
 import exactjit as _xj
-from ._context_parallel import ShardPlans
+from ._context_parallel import ShardPlans, distributed_module
 
 # Device types whose tensors the kernels take; on any other the original expressions run.
 KERNEL_DEVICES = frozenset({"cuda"})
@@ -165,7 +165,7 @@ def _modulated_norm(norm, x, shift, scale, index, plan=None):
     """norm(x) * (1 + scale[index]) + shift[index], as the blocks and norm_out write it."""
     if _modulated_norm_fits(norm, x, shift, scale, index):
         if plan is not None:
-            return _distributed().rms_norm(x, norm.weight, norm.eps, plan, shift=shift, scale=scale)
+            return distributed_module().rms_norm(x, norm.weight, norm.eps, plan, shift=shift, scale=scale)
         return _xj.rms_norm(x, norm.weight, norm.eps, shift=shift, scale=scale, index=index)
     if plan is not None:
         raise _unsharded("a modulated RMSNorm")
@@ -176,7 +176,7 @@ def _gated_residual(residual, gate, index, y, plan=None):
     """residual + gate[index] * y, as the blocks write it."""
     if _gated_residual_fits(residual, gate, index, y):
         if plan is not None:
-            return _distributed().gate_residual(residual, gate, y, plan)
+            return distributed_module().gate_residual(residual, gate, y, plan)
         return _xj.gate_residual(residual, gate, index, y)
     if plan is not None:
         raise _unsharded("a gated residual")
@@ -192,17 +192,11 @@ def _gated_residual_norm(residual, gate, index, y, norm, shift, scale, plan=None
     if (_gated_residual_fits(residual, gate, index, y) and _modulated_norm_fits(norm, residual, shift, scale, index)
             and gate.shape == shift.shape and gate.stride() == shift.stride()):
         if plan is not None:
-            return _distributed().gate_residual_rms_norm(residual, gate, y, norm.weight, norm.eps, plan, shift=shift,
-                                                         scale=scale)
+            return distributed_module().gate_residual_rms_norm(residual, gate, y, norm.weight, norm.eps, plan,
+                                                               shift=shift, scale=scale)
         return _xj.gate_residual_rms_norm(residual, gate, index, y, norm.weight, norm.eps, shift=shift, scale=scale)
     h = _gated_residual(residual, gate, index, y, plan)
     return h, _modulated_norm(norm, h, shift, scale, index, plan)
-
-
-def _distributed():
-    """exactjit.distributed (it imports torch.distributed: loaded on first use)."""
-    from .. import distributed
-    return distributed
 
 
 def _parameter_dtype(module):

@@ -64,8 +64,8 @@ XJ_ENTRY(const gate_residual_rms_norm::T* __restrict__ residual, const gate_resi
       xj::load_quad(ys[k], y + base + 4 * v);
     }
   }
-  // The gate's quads (L1/L2 hits: every row of a table row shares them) all issued before the
-  // first h store: loaded one a quad beside the stores, each waited out its own round trip.
+  // The gate's quads (L1/L2 hits: every row of a table row shares them), all issued before the
+  // first h store: loaded one by one between the stores, each waited out its own round trip.
   Quad gates[kQuadsPerThread];
 #pragma unroll
   for (int k = 0; k < kQuadsPerThread; ++k) {

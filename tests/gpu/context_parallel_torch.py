@@ -57,7 +57,7 @@ from check_support import compare  # noqa: E402
 from rank_runs import join, leave, report, run_worlds  # noqa: E402
 
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
-from distributed_calls import Recorder, call_checks, gather_through_host  # noqa: E402
+from distributed_calls import Recorder, all_bitwise, call_checks, gather_through_host  # noqa: E402
 
 
 def step(model, inputs, upstream, grad):
@@ -78,15 +78,6 @@ def summed(grad):
     return total.to(grad.device)
 
 
-def all_bitwise(pairs):
-    """(ok, detail) over (name, got, want) triples: the first difference, else all equal."""
-    for name, got, want in pairs:
-        ok, detail = compare(got, want)
-        if not ok:
-            return False, f"{name}: {detail}"
-    return True, f"{', '.join(name for name, _, _ in pairs)} bitwise equal"
-
-
 def one_gpu_op(xj):
     """The one-GPU exactjit op for distributed_calls.replay_whole."""
     def run(op, leaves, eps, plan):
@@ -96,7 +87,8 @@ def one_gpu_op(xj):
                                 scale=leaves.get("scale"), index=plan.keys if modulated else None),)
         if op == "gate_residual_rms_norm":
             return xj.gate_residual_rms_norm(leaves["residual"], leaves["gate"], plan.keys, leaves["y"],
-                                             leaves["weight"], eps, shift=leaves.get("shift"), scale=leaves.get("scale"))
+                                             leaves["weight"], eps, shift=leaves.get("shift"),
+                                             scale=leaves.get("scale"))
         return (xj.gate_residual(leaves["residual"], leaves["gate"], plan.keys, leaves["y"]),)
     return run
 
@@ -159,7 +151,7 @@ def worker(rank, world, args, init_file, result_file):
     plain_grad = step(plain, inputs, upstream, True)
     for label, got, want in (("no_grad", patched_no_grad, plain_no_grad), ("autograd", patched, plain_grad)):
         record("forward", f"patched == unpatched under context parallelism, {label}",
-               *all_bitwise(list(zip(("video", "audio"), got[0], want[0]))))
+               *all_bitwise(list(zip(("video", "audio"), got[0], want[0])), compare))
     del plain, plain_grad
 
     parts_model = parallel(build())
@@ -169,7 +161,7 @@ def worker(rank, world, args, init_file, result_file):
            "the whole-gradient parameters", not any(naive_equal), f"{sum(naive_equal)}/{len(whole)} equal")
     del parts_model, parts
 
-    same = all_bitwise(list(zip(("video", "audio"), patched[0], one[0])))
+    same = all_bitwise(list(zip(("video", "audio"), patched[0], one[0])), compare)
     record("context", "outputs under context parallelism == one GPU (diffusers' split)", True,
            ("bitwise: " if same[0] else "NOT bitwise: ") + same[1])
     differing = [name for name in whole if not compare(patched[1][name], one[1][name])[0]]

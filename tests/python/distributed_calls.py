@@ -102,9 +102,16 @@ def call_checks(recorder, rank, group, one_gpu, compare):
         rows = slice(rank * size, (rank + 1) * size)
         pairs = [(name, call["outputs"][name], want_out[name][:, rows]) for name in outputs]
         pairs += [("d_" + name, call["grads"][name], want_grads[name]) for name in want_grads]
-        failed = next(((name, detail) for name, got, want in pairs for ok, detail in [compare(got, want)] if not ok),
-                      None)
-        quantity = f"{op} call {seen[op]}: output rows and whole gradients == the one-GPU op"
-        checks.append((quantity, False, f"{failed[0]}: {failed[1]}") if failed else
-                      (quantity, True, f"{', '.join(name for name, _, _ in pairs)} bitwise equal"))
+        checks.append((f"{op} call {seen[op]}: output rows and whole gradients == the one-GPU op",
+                       *all_bitwise(pairs, compare)))
     return checks
+
+
+def all_bitwise(pairs, compare):
+    """(ok, detail) over (name, got, want) triples with compare(got, want) -> (ok, detail): the
+    first difference, else all equal."""
+    for name, got, want in pairs:
+        ok, detail = compare(got, want)
+        if not ok:
+            return False, f"{name}: {detail}"
+    return True, f"{', '.join(name for name, _, _ in pairs)} bitwise equal"

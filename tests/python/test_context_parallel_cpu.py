@@ -12,8 +12,10 @@ model's (the model's sums are in another order than eager's, and diffusers' spli
 other ops' rounding), while the unpatched model's ranks hold parts of it (the control: the check
 can fail), and every other parameter keeps its per-rank part; inside the step, every
 exactjit.distributed call's output rows and whole gradients are byte-equal to the same op over the
-gathered rows on one rank (distributed_calls.py, as the GPU check does with the one-GPU ops); a forward without gradients runs
-the one-GPU ops; torch.compile (graph breaks around the distributed ops) gives eager's whole gradients; an input the kernels do not take raises instead of falling back to a part.
+gathered rows on one rank (distributed_calls.py, as the GPU check does with the one-GPU ops); a
+forward without gradients runs the one-GPU ops; torch.compile (graph breaks around the distributed
+ops) gives eager's whole gradients; an input the kernels do not take raises instead of falling back
+to a part.
 
 Tests that need torch, diffusers or gloo skip without them. Run by ctest.
 """
@@ -139,7 +141,8 @@ def rank_main(rank, world, folder):
                 if rel(g, want[name]) > 1e-4:
                     problems.append(f"{name}: {rel(g, want[name]):.1e} from the one-process gradient (not whole)")
             elif g is not None and rel(summed(g), want[name]) > 1e-4:
-                problems.append(f"{name}: the ranks' parts do not sum to the gradient ({rel(summed(g), want[name]):.1e})")
+                problems.append(f"{name}: the ranks' parts do not sum to the gradient "
+                                f"({rel(summed(g), want[name]):.1e})")
 
         copied = dict(inputs, timestep_indices=inputs["timestep_indices"].clone())
         gradients(model, copied, upstream)

@@ -1,6 +1,7 @@
 // exactjit host-side costs (Google Benchmark): what a call costs before and around its kernel.
 //   - codegen::render and the source key (first use of a spec in a process)
-//   - planning the H3 gate_residual call (validation + parameters: every call)
+//   - planning the H3 gate_residual call and its backward, and rms_norm's modulated backward
+//     (validation + parameters: every call)
 //   - the spec -> function lookup (every call; the hot path's map)
 //   - a kernel-cache memory hit, alone and under contention (single flight)
 //   - a disk hit: a fresh KernelCache finding the compiled kernel on disk (NVRTC not loaded)
@@ -15,6 +16,8 @@
 #include "codegen/render.hpp"
 #include "kernels/catalog.hpp"
 #include "kernels/gate_residual.hpp"
+#include "kernels/gate_residual_backward.hpp"
+#include "kernels/rms_norm_backward.hpp"
 #include "runtime/content_key.hpp"
 #include "exactjit/exactjit.h"
 #include "api/runtime.hpp"
@@ -72,6 +75,46 @@ void BM_PlanGateResidual(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(plan_gate_residual({residual.t, gate.t, index.t, y.t, out.t}));
 }
 BENCHMARK(BM_PlanGateResidual);
+
+// A benchmark of a planner that refuses its call would time the error path: skip it instead.
+bool planned(benchmark::State& state, llvm::Expected<LaunchSequence> sequence) {
+  if (sequence) return true;
+  state.SkipWithError(llvm::toString(sequence.takeError()).c_str());
+  return false;
+}
+
+// The backward planners at the S = 4097 step of issue 13's host targets: validation, the segment
+// plan's geometry and every step's parameters (every call pays this before its launches).
+void BM_PlanGateResidualBackward(benchmark::State& state) {
+  using test::FakeTensor, test::GiB, test::kBF16, test::kI64, test::kU8;
+  const int64_t h = kDefaultHidden, s = 4097;
+  FakeTensor grad(1 * GiB, {1, s, h}, kBF16), y(2 * GiB, {1, s, h}, kBF16), d_y(3 * GiB, {1, s, h}, kBF16);
+  FakeTensor gate(4 * GiB + 2 * h * 2, {9, h}, kBF16, {6 * h, 1}), index(5 * GiB, {s}, kI64);
+  FakeTensor d_gate(6 * GiB, {9, h}, kBF16), workspace(7 * GiB, {gate_residual_backward_workspace(s, s, 9, h)}, kU8);
+  const auto plan = [&] {
+    return plan_gate_residual_backward({grad.t, gate.t, index.t, y.t, &d_y.t, &d_gate.t, &workspace.t});
+  };
+  if (!planned(state, plan())) return;
+  for (auto _ : state) benchmark::DoNotOptimize(plan());
+}
+BENCHMARK(BM_PlanGateResidualBackward);
+
+void BM_PlanRmsNormBackwardModulated(benchmark::State& state) {
+  using test::FakeTensor, test::GiB, test::kBF16, test::kF32, test::kI64, test::kU8;
+  const int64_t h = kDefaultHidden, s = 4097;
+  FakeTensor grad(1 * GiB, {s, h}, kBF16), x(2 * GiB, {s, h}, kBF16), weight(3 * GiB, {h}, kBF16);
+  FakeTensor scale(4 * GiB + h * 2, {9, h}, kBF16, {6 * h, 1}), index(5 * GiB, {s}, kI64), rstd(6 * GiB, {s}, kF32);
+  FakeTensor dx(7 * GiB, {s, h}, kBF16), dweight(8 * GiB, {h}, kBF16), dshift(9 * GiB, {9, h}, kBF16);
+  FakeTensor dscale(10 * GiB, {9, h}, kBF16), workspace(11 * GiB, {rms_norm_backward_workspace(s, s, 9, h, true)}, kU8);
+  const auto plan = [&] {
+    return plan_rms_norm_backward({grad.t, x.t, &weight.t, &scale.t, &index.t, rstd.t, 1e-5, &dx.t, &dweight.t,
+                                   &dshift.t, &dscale.t, &workspace.t},
+                                  DeviceTraits{90, 132});
+  };
+  if (!planned(state, plan())) return;
+  for (auto _ : state) benchmark::DoNotOptimize(plan());
+}
+BENCHMARK(BM_PlanRmsNormBackwardModulated);
 
 void BM_SpecLookup(benchmark::State& state) {
   std::unordered_map<KernelSpec, void*, KernelSpecHash> functions;

@@ -76,11 +76,13 @@ void BM_PlanGateResidual(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanGateResidual);
 
-// A benchmark of a planner that refuses its call would time the error path: skip it instead.
-bool planned(benchmark::State& state, llvm::Expected<LaunchSequence> sequence) {
-  if (sequence) return true;
-  state.SkipWithError(llvm::toString(sequence.takeError()).c_str());
-  return false;
+// Times plan(); a planner that refuses its call would time the error path, so that skips instead.
+template <typename Plan> void time_planner(benchmark::State& state, Plan plan) {
+  if (auto first = plan(); !first) {
+    state.SkipWithError(llvm::toString(first.takeError()).c_str());
+    return;
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(plan());
 }
 
 // The backward planners at the S = 4097 step of issue 13's host targets: validation, the segment
@@ -91,11 +93,9 @@ void BM_PlanGateResidualBackward(benchmark::State& state) {
   FakeTensor grad(1 * GiB, {1, s, h}, kBF16), y(2 * GiB, {1, s, h}, kBF16), d_y(3 * GiB, {1, s, h}, kBF16);
   FakeTensor gate(4 * GiB + 2 * h * 2, {9, h}, kBF16, {6 * h, 1}), index(5 * GiB, {s}, kI64);
   FakeTensor d_gate(6 * GiB, {9, h}, kBF16), workspace(7 * GiB, {gate_residual_backward_workspace(s, s, 9, h)}, kU8);
-  const auto plan = [&] {
+  time_planner(state, [&] {
     return plan_gate_residual_backward({grad.t, gate.t, index.t, y.t, &d_y.t, &d_gate.t, &workspace.t});
-  };
-  if (!planned(state, plan())) return;
-  for (auto _ : state) benchmark::DoNotOptimize(plan());
+  });
 }
 BENCHMARK(BM_PlanGateResidualBackward);
 
@@ -106,13 +106,11 @@ void BM_PlanRmsNormBackwardModulated(benchmark::State& state) {
   FakeTensor scale(4 * GiB + h * 2, {9, h}, kBF16, {6 * h, 1}), index(5 * GiB, {s}, kI64), rstd(6 * GiB, {s}, kF32);
   FakeTensor dx(7 * GiB, {s, h}, kBF16), dweight(8 * GiB, {h}, kBF16), dshift(9 * GiB, {9, h}, kBF16);
   FakeTensor dscale(10 * GiB, {9, h}, kBF16), workspace(11 * GiB, {rms_norm_backward_workspace(s, s, 9, h, true)}, kU8);
-  const auto plan = [&] {
+  time_planner(state, [&] {
     return plan_rms_norm_backward({grad.t, x.t, &weight.t, &scale.t, &index.t, rstd.t, 1e-5, &dx.t, &dweight.t,
                                    &dshift.t, &dscale.t, &workspace.t},
                                   DeviceTraits{90, 132});
-  };
-  if (!planned(state, plan())) return;
-  for (auto _ : state) benchmark::DoNotOptimize(plan());
+  });
 }
 BENCHMARK(BM_PlanRmsNormBackwardModulated);
 

@@ -55,22 +55,17 @@ XJ_ENTRY(const gate_residual_rms_norm::T* __restrict__ residual, const gate_resi
   //    stored, and its sum of squares in PyTorch's order.
   const long long base = row * spec::kHidden;
   const T* gate_row = gate + i * spec::kTableStride;
-  Quad quads[kQuadsPerThread], ys[kQuadsPerThread];
+  // Every load before the first h store: the gate's quads are L1/L2 hits (every row of a table row
+  // shares them), but loaded one by one between the stores, each waited out its own round trip.
+  Quad quads[kQuadsPerThread], ys[kQuadsPerThread], gates[kQuadsPerThread];
 #pragma unroll
   for (int k = 0; k < kQuadsPerThread; ++k) {
     const int v = t + k * kRowThreads;
     if (live && in_row(v)) {
       xj::load_quad(quads[k], residual + base + 4 * v);
       xj::load_quad(ys[k], y + base + 4 * v);
+      xj::load_quad(gates[k], gate_row + 4 * v);
     }
-  }
-  // The gate's quads (L1/L2 hits: every row of a table row shares them), all issued before the
-  // first h store: loaded one by one between the stores, each waited out its own round trip.
-  Quad gates[kQuadsPerThread];
-#pragma unroll
-  for (int k = 0; k < kQuadsPerThread; ++k) {
-    const int v = t + k * kRowThreads;
-    if (live && in_row(v)) xj::load_quad(gates[k], gate_row + 4 * v);
   }
   float s = 0.0f;
 #pragma unroll

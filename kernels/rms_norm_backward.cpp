@@ -57,19 +57,15 @@ Regions regions(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, b
 
 namespace {
 // The one-pass kernel (templates/rms_norm_one_pass.cuh): 128 dot threads, element threads that own
-// two column quads each, one producer warp; one_pass_stages stages of three rows (x, grad,
-// residual_grad; gated, y too), then the weight row, the m row, then gated the gate row and the
-// gate's sums, else five fp32 rows (wd and wd_lo of two rows, dweight's group), in dynamic shared
-// memory.
+// two column quads each, one producer warp; kOnePassStages stages of three rows (x, grad,
+// residual_grad; gated, y too), then the weight row, the m row (gated: the gate row and the gate's
+// sums), in dynamic shared memory.
+constexpr int kOnePassStages = 4;
 constexpr int64_t kOnePassMaxHidden = 6656;  // 128 + 832 + 32 threads: one block of at most 1024
 // sm_90's opt-in shared memory per block (227 KB) less the kernel's static arrays (3.2 KB).
 constexpr int64_t kOnePassMaxSharedBytes = 227 * 1024 - 4096;
 
 bool one_pass_gated(const KernelSpec& spec) { return spec.op == Op::GateResidualRmsNormOnePass; }
-
-// Not gated, the fp32 rows take the room of more than a stage: three stages (at H = 5376, 225792 of
-// the 228352 bytes a block may hold). Gated, four stages and no fp32 rows.
-int one_pass_stages(const KernelSpec& spec) { return one_pass_gated(spec) ? 4 : 3; }
 
 int one_pass_element_threads(const KernelSpec& spec) { return static_cast<int>((spec.hidden / 4 + 63) / 64 * 32); }
 int one_pass_block_threads(const KernelSpec& spec) { return 128 + one_pass_element_threads(spec) + 32; }
@@ -78,9 +74,8 @@ int one_pass_block_threads(const KernelSpec& spec) { return 128 + one_pass_eleme
 // but not these (ptxas spills them).
 int64_t one_pass_shared_bytes(const KernelSpec& spec) {
   const int64_t elem = static_cast<int64_t>(dtype_size(spec.dtype));
-  const int64_t fp32 = static_cast<int64_t>(sizeof(float));
-  if (one_pass_gated(spec)) return ((one_pass_stages(spec) * 4 + 3) * elem + fp32) * spec.hidden;
-  return ((one_pass_stages(spec) * 3 + 2) * elem + 5 * fp32) * spec.hidden;
+  if (one_pass_gated(spec)) return ((kOnePassStages * 4 + 3) * elem + 4) * spec.hidden;
+  return (kOnePassStages * 3 + 2) * elem * spec.hidden;
 }
 
 RuleBreak one_pass_rule(const KernelSpec& spec) {
@@ -451,7 +446,7 @@ std::string one_pass_constants(const KernelSpec& spec) {
                      fmt::arg("weighted", spec.weighted ? "true" : "false"),
                      fmt::arg("gated", one_pass_gated(spec) ? "true" : "false"), fmt::arg("tile", kTilePositions),
                      fmt::arg("unroll", kRmsNormTableGradRow.row_unroll),
-                     fmt::arg("elements", one_pass_element_threads(spec)), fmt::arg("stages", one_pass_stages(spec)),
+                     fmt::arg("elements", one_pass_element_threads(spec)), fmt::arg("stages", kOnePassStages),
                      fmt::arg("arch", spec.target.sm));
 }
 std::vector<KernelSpec> one_pass_family_of(OpCode op, const KernelSpec& sizes) {

@@ -23,9 +23,11 @@ exactjit_status_t xj_runtime_create(const xj_runtime_options* options, xj_runtim
     return fail(XJ_ERROR_INVALID_ARGUMENT, "xj_runtime_create: " + resolved.environment_error);
   if (options) {
     if (options->struct_size < sizeof(xj_runtime_options))
-      return fail(XJ_ERROR_INVALID_ARGUMENT, "xj_runtime_create: options->struct_size must be sizeof(xj_runtime_options)");
+      return fail(XJ_ERROR_INVALID_ARGUMENT,
+                  "xj_runtime_create: options->struct_size must be sizeof(xj_runtime_options)");
     if (options->cache_dir) resolved.cache_dir = options->cache_dir;
-    if (options->read_only_cache_path) resolved.read_only_dirs = exactjit::split_path_list(options->read_only_cache_path);
+    if (options->read_only_cache_path)
+      resolved.read_only_dirs = exactjit::split_path_list(options->read_only_cache_path);
     if (options->offline >= 0) resolved.offline = options->offline != 0;
     if (options->arch) resolved.arch = options->arch;
     if (options->check_after_launch >= 0) resolved.check_after_launch = options->check_after_launch != 0;

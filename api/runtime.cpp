@@ -194,10 +194,9 @@ llvm::Error Runtime::Impl::launch_in_context(DeviceState& state, const LaunchPla
   }
   params[plan.param_count] = error_record;
   args[plan.param_count] = &params[plan.param_count];
-  if (auto err = driver->check(
-          driver->cuLaunchKernel(*function, plan.grid, plan.grid_y, 1, plan.threads, 1, 1, plan.shared_bytes, stream, args,
-                                nullptr),
-          "cuLaunchKernel"))
+  if (auto err = driver->check(driver->cuLaunchKernel(*function, plan.grid, plan.grid_y, 1, plan.threads, 1, 1,
+                                                      plan.shared_bytes, stream, args, nullptr),
+                               "cuLaunchKernel"))
     return make_error(ErrorCode::Cuda, fmt::format("{}: {}", op_name(plan.spec.op), llvm::toString(std::move(err))));
   return llvm::Error::success();
 }

@@ -166,10 +166,12 @@ def markdown(meta, rows):
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "ms" not in r:
-            lines.append(f"| {r['op']} | {r['T']} | {r['impl']} | error: {r['error'].replace('|', '/')} | | | | | | | | |")
+            lines.append(f"| {r['op']} | {r['T']} | {r['impl']} | error: {r['error'].replace('|', '/')} "
+                         "| | | | | | | | |")
             continue
         if "row_invariant" not in r:  # fwd+bwd rows: timing and repeatability only
-            lines.append(f"| {r['op']} | {r['T']} | {r['impl']} | {r['ms']:.4f} | {r['gbs']:.0f} | {r['pct_copy']:.1f} | "
+            lines.append(f"| {r['op']} | {r['T']} | {r['impl']} | {r['ms']:.4f} | {r['gbs']:.0f} | "
+                         f"{r['pct_copy']:.1f} | "
                          f"{r['floor_ms']:.4f} | {r.get('vs_cublas', float('nan')):.2f}x | | "
                          f"{r.get('repeatable', '')} | | {verdict(r, meta['device'])} |")
             continue

@@ -52,7 +52,8 @@ CacheConfig cache_over(std::string dir, bool offline) {
 }
 
 KernelSpec h3_gate_spec() {
-  return spec_family(Op::GateResidual, rows_sizes(DType::BF16, kDefaultHidden, 6 * kDefaultHidden), Target{90, false}).front();
+  return spec_family(Op::GateResidual, rows_sizes(DType::BF16, kDefaultHidden, 6 * kDefaultHidden), Target{90, false})
+      .front();
 }
 
 void BM_Render(benchmark::State& state) {
@@ -214,7 +215,8 @@ DispatchSetup& dispatch_setup() {
     d->out = device_tensor(d->buffers[2], 0, 0, 2, d->act_shape, nullptr, test::kBF16);
     d->gate = device_tensor(d->buffers[3], 0, 0, 2, d->table_shape, d->table_strides, test::kBF16);
     d->index = device_tensor(d->buffers[4], 0, 0, 1, d->index_shape, nullptr, test::kI64);
-    if (xj_runtime_create(nullptr, &d->c_runtime) != XJ_OK) fail(llvm::createStringError(llvm::inconvertibleErrorCode(), xj_last_error()));
+    if (xj_runtime_create(nullptr, &d->c_runtime) != XJ_OK)
+      fail(llvm::createStringError(llvm::inconvertibleErrorCode(), xj_last_error()));
     // The bare launch: the same cubin, module and parameters, without validation or lookup.
     auto plan = plan_gate_residual({d->residual, d->gate, d->index, d->y, d->out});
     if (!plan) fail(plan.takeError());

@@ -42,7 +42,8 @@ def backward_series(report):
     series = collections.defaultdict(lambda: collections.defaultdict(list))
     for row in report["rows"]:
         if "ms" in row:
-            series[(row["op"] + " " + row.get("timed", "fwd+bwd"), row["dtype"])][row["impl"]].append((row["S"], row["ms"], row["pct_copy"]))
+            series[(row["op"] + " " + row.get("timed", "fwd+bwd"), row["dtype"])][row["impl"]].append(
+                (row["S"], row["ms"], row["pct_copy"]))
     return series
 
 

@@ -64,10 +64,12 @@ int main(int argc, char** argv) {
   const double copy_gbs = timer.copy_gbs(residual, out, act_bytes);
   const double copy_ms = 2.0 * act_bytes / copy_gbs / 1e6;
   const double bytes = 3.0 * act_bytes + static_cast<double>(table_rows * hidden * 2);
-  fmt::print("S={} H={} bf16: copy {:.3f} ms = {:.0f} GB/s; gate_residual bytes {:.3f} GB, floor at copy rate {:.3f} ms\n",
+  fmt::print("S={} H={} bf16: copy {:.3f} ms = {:.0f} GB/s; gate_residual bytes {:.3f} GB, "
+             "floor at copy rate {:.3f} ms\n",
              seq, hidden, copy_ms, copy_gbs, bytes / 1e9, bytes / copy_gbs / 1e6);
 
-  const KernelSpec spec = spec_family(Op::GateResidual, rows_sizes(DType::BF16, hidden, stride), Target{90, false}).front();
+  const KernelSpec spec =
+      spec_family(Op::GateResidual, rows_sizes(DType::BF16, hidden, stride), Target{90, false}).front();
   const std::vector<Variant> variants = {
       {"generated (224x1, unroll 3)", 224, 1, 3},
       {"224 threads, unroll 1", 224, 1, 1},
@@ -84,8 +86,10 @@ int main(int argc, char** argv) {
   fmt::print("{:<30} {:>9} {:>9} {:>8}\n", "variant", "ms", "GB/s", "% copy");
   for (const Variant& v : variants) {
     KernelSource source = codegen::render(spec);
-    tune::replace_all(source.text, "constexpr int kThreadsPerRow = 224;", fmt::format("constexpr int kThreadsPerRow = {};", v.threads_per_row));
-    tune::replace_all(source.text, "constexpr int kRowsPerBlock = 1;", fmt::format("constexpr int kRowsPerBlock = {};", v.rows_per_block));
+    tune::replace_all(source.text, "constexpr int kThreadsPerRow = 224;",
+                      fmt::format("constexpr int kThreadsPerRow = {};", v.threads_per_row));
+    tune::replace_all(source.text, "constexpr int kRowsPerBlock = 1;",
+                      fmt::format("constexpr int kRowsPerBlock = {};", v.rows_per_block));
     tune::replace_all(source.text, "constexpr int kUnroll = 3;", fmt::format("constexpr int kUnroll = {};", v.unroll));
     if (v.load_hint) tune::replace_all(source.text, "ld.global.nc.v4.u32", "ld.global.nc.L1::no_allocate.v4.u32");
     if (v.store_hint) tune::replace_all(source.text, "st.global.v4.u32", "st.global.cs.v4.u32");
@@ -104,7 +108,8 @@ int main(int argc, char** argv) {
       for (int k = 0; k < 9; ++k) args[k] = &params[k];
       die_on(cu.check(cu.cuLaunchKernel(function, grid, 1, 1, threads, 1, 1, 0, nullptr, args, nullptr), "launch"));
     });
-    fmt::print("{:<30} {:>9.4f} {:>9.0f} {:>7.1f}%\n", v.name, ms, bytes / ms / 1e6, 100.0 * bytes / ms / 1e6 / copy_gbs);
+    fmt::print("{:<30} {:>9.4f} {:>9.0f} {:>7.1f}%\n", v.name, ms, bytes / ms / 1e6,
+               100.0 * bytes / ms / 1e6 / copy_gbs);
     cu.cuModuleUnload(module);
   }
   return 0;

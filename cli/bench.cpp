@@ -38,14 +38,16 @@ int run_bench() {
   auto script = [&](const char* name) { return (llvm::Twine(scripts) + "/" + name).str(); };
   auto in_out = [&](const char* name) { return (llvm::Twine(out) + "/" + name).str(); };
   std::vector<std::pair<std::string, std::vector<std::string>>> steps = {
-      {"forward", {script("bench_forward.py"), "--report", in_out("bench_forward.md"), "--json", in_out("bench_forward.json")}},
+      {"forward",
+       {script("bench_forward.py"), "--report", in_out("bench_forward.md"), "--json", in_out("bench_forward.json")}},
       {"forward + backward",
        {script("bench_backward.py"), "--report", in_out("bench_backward.md"), "--json", in_out("bench_backward.json")}},
       {"det_linear (cuBLAS)",
-       {script("bench_det_linear.py"), "--report", in_out("bench_det_linear.md"), "--json", in_out("bench_det_linear.json")}},
+       {script("bench_det_linear.py"), "--report", in_out("bench_det_linear.md"), "--json",
+        in_out("bench_det_linear.json")}},
       {"plots",
-       {script("plot_report.py"), "--forward", in_out("bench_forward.json"), "--backward", in_out("bench_backward.json"),
-        "--out", in_out("plots")}},
+       {script("plot_report.py"), "--forward", in_out("bench_forward.json"), "--backward",
+        in_out("bench_backward.json"), "--out", in_out("plots")}},
   };
   if (!bench_sizes_flag.empty())
     for (int k = 0; k < 2; ++k) steps[k].second.insert(steps[k].second.end(), {"--sizes", bench_sizes_flag.getValue()});

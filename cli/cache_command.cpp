@@ -154,7 +154,8 @@ int run_cache() {
                                             {"bytes", static_cast<int64_t>(ro_bytes)}}},
            {"offline", cache.config().offline}});
     }
-    fmt::print("writable:  {} ({} entries, {} bytes)\n", cache.config().writable_dir.empty() ? "(none)" : cache.config().writable_dir, rw, rw_bytes);
+    fmt::print("writable:  {} ({} entries, {} bytes)\n",
+               cache.config().writable_dir.empty() ? "(none)" : cache.config().writable_dir, rw, rw_bytes);
     for (const std::string& dir : cache.config().read_only_dirs) fmt::print("read-only: {}\n", dir);
     fmt::print("read-only entries: {} ({} bytes)\noffline: {}\n", ro, ro_bytes, cache.config().offline ? "yes" : "no");
     return kExitOk;
@@ -173,7 +174,8 @@ int run_cache() {
   }
   if (action == "clear") {
     if (auto err = cache.clear()) return report_error(std::move(err));
-    if (json_flag) return print_json(kExitOk, llvm::json::Object{{"removed", cache.config().writable_dir + "/" + kCacheFormatDir}});
+    if (json_flag)
+      return print_json(kExitOk, llvm::json::Object{{"removed", cache.config().writable_dir + "/" + kCacheFormatDir}});
     fmt::print("clear: removed {}/{}\n", cache.config().writable_dir, kCacheFormatDir);
     return kExitOk;
   }

@@ -22,7 +22,8 @@ cl::SubCommand inspect_command("inspect", "Show one kernel: its source, options,
 cl::SubCommand cache_command("cache", "Manage the cache: ls | stat | verify | prune | clear");
 cl::SubCommand info_command("info", "Show NVRTC, driver, GPU and cache directories");
 cl::SubCommand selftest_command("selftest", "Run every catalog op on the GPU against the host model, bitwise");
-cl::SubCommand bench_command("bench", "Benchmark every op against eager and torch.compile on this GPU: reports and plots");
+cl::SubCommand bench_command("bench",
+                             "Benchmark every op against eager and torch.compile on this GPU: reports and plots");
 
 #define XJ_SPEC_SUBS cl::sub(prewarm_command), cl::sub(inspect_command)
 cl::opt<std::string> op_flag("op", cl::desc(op_flag_description()), cl::value_desc("name"), XJ_SPEC_SUBS,
@@ -91,7 +92,8 @@ cl::opt<std::string> policy_flag("policy",
 
 cl::opt<std::string> bench_out_flag("out", cl::desc("bench: folder for the reports and plots"), cl::value_desc("dir"),
                                     cl::init("bench-report"), cl::sub(bench_command), cl::cat(category));
-cl::opt<std::string> bench_dir_flag("bench-dir", cl::desc("bench: the checkout's bench/ folder (default: this build's)"),
+cl::opt<std::string> bench_dir_flag("bench-dir",
+                                    cl::desc("bench: the checkout's bench/ folder (default: this build's)"),
                                     cl::value_desc("dir"), cl::sub(bench_command), cl::cat(category));
 cl::opt<std::string> bench_sizes_flag("sizes", cl::desc("bench: comma-separated S (default 4097,32768,131072)"),
                                       cl::value_desc("S,..."), cl::sub(bench_command), cl::cat(category));

@@ -42,7 +42,8 @@ struct FamilyRequest {
 llvm::Expected<std::vector<DType>> det_linear_dtypes(const std::string& asked, std::vector<DType> all) {
   if (asked.empty()) return all;
   const std::optional<DType> dtype = parse_dtype(asked);
-  if (!dtype || *dtype == DType::F16) return usage(fmt::format("det_linear weights are bf16 or fp32 (got '{}')", asked));
+  if (!dtype || *dtype == DType::F16)
+    return usage(fmt::format("det_linear weights are bf16 or fp32 (got '{}')", asked));
   return std::vector<DType>{*dtype};
 }
 

@@ -228,7 +228,8 @@ size_t KernelSpecHash::operator()(const KernelSpec& s) const noexcept {
       static_cast<uint64_t>(s.key_tensors) << 60);
   mix(static_cast<uint64_t>(s.table_stride));
   mix(static_cast<uint64_t>(s.vec) << 32 | static_cast<uint32_t>(s.target.sm));
-  mix(static_cast<uint64_t>(s.in_features) << 24 ^ static_cast<uint64_t>(s.out_features) ^ static_cast<uint64_t>(s.silu) << 62 ^ static_cast<uint64_t>(s.row_tile) << 48 ^
+  mix(static_cast<uint64_t>(s.in_features) << 24 ^ static_cast<uint64_t>(s.out_features) ^
+      static_cast<uint64_t>(s.silu) << 62 ^ static_cast<uint64_t>(s.row_tile) << 48 ^
       static_cast<uint64_t>(s.grad_dtype) << 56);
   h ^= h >> 33;
   h *= 0xFF51AFD7ED558CCDull;

@@ -26,7 +26,8 @@ std::string norm_constants(const KernelSpec& spec, bool modulated) {
       fmt::arg("dtype_name", dtype_name(spec.dtype)), fmt::arg("index_bytes", spec.index == IndexType::I32 ? 4 : 8),
       fmt::arg("index_name", index_type_name(spec.index)), fmt::arg("hidden", spec.hidden),
       fmt::arg("modulated", modulated ? "true" : "false"), fmt::arg("table_stride", spec.table_stride),
-      fmt::arg("weighted", spec.weighted ? "true" : "false"), fmt::arg("row_threads", rms_norm_row_threads(spec.hidden)),
+      fmt::arg("weighted", spec.weighted ? "true" : "false"),
+      fmt::arg("row_threads", rms_norm_row_threads(spec.hidden)),
       fmt::arg("rows_per_block", rms_norm_rows_per_block(spec.hidden)),
       fmt::arg("param_batch", kRmsNormParamBatch),
       fmt::arg("arch", spec.target.sm));

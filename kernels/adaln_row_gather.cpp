@@ -27,7 +27,8 @@ llvm::Expected<LaunchPlan> plan_adaln_row_gather(const AdalnRowGatherArgs& a) {
   auto out_dtype = float_dtype(arg("out"), a.out);
   if (!out_dtype) return out_dtype.takeError();
   if (*out_dtype != *dtype)
-    return invalid(arg("out"), fmt::format("must have rows' dtype {} (got {})", dtype_name(*dtype), dtype_name(*out_dtype)));
+    return invalid(arg("out"),
+                   fmt::format("must have rows' dtype {} (got {})", dtype_name(*dtype), dtype_name(*out_dtype)));
   auto index_type = index_dtype(arg("timestep_indices"), a.timestep_indices);
   if (!index_type) return index_type.takeError();
   auto tag_type = index_dtype(arg("token_tags"), a.token_tags);
@@ -97,7 +98,8 @@ const OpRow kAdalnRowGatherRow = {
     Op::AdalnRowGather, "adaln_row_gather", OpRole::Forward, "adaln_row_gather",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/6, /*threads=*/0, /*row_unroll=*/1,
     {"timestep_indices", "token_tags"}, ErrorValue::Index, /*value_rule=*/"",
-    adaln_row_gather_templates, codegen::render_row_constants, adaln_row_gather_rule, adaln_row_gather_family, [](DType dtype) { return h3_strides(Op::AdalnRowGather, dtype, {6}); },
+    adaln_row_gather_templates, codegen::render_row_constants, adaln_row_gather_rule,
+    adaln_row_gather_family, [](DType dtype) { return h3_strides(Op::AdalnRowGather, dtype, {6}); },
     "--hidden H --table-stride N", "the six AdaLN chunks of a (3T, 6H) table, gathered", /*default_stride_in_h=*/6};
 
 }  // namespace exactjit

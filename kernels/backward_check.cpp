@@ -64,7 +64,8 @@ llvm::Error require_workspace(ArgName name, const DLTensor* workspace, int64_t b
 }
 
 llvm::Error require_plan_limits(ArgName index_name, int64_t seq, ArgName table_name, int64_t table_rows) {
-  if (seq > INT_MAX) return invalid(index_name, fmt::format("length must be <= {} for the backward (got {})", INT_MAX, seq));
+  if (seq > INT_MAX)
+    return invalid(index_name, fmt::format("length must be <= {} for the backward (got {})", INT_MAX, seq));
   if (table_rows > kMaxPlanTableRows)
     return invalid(table_name, fmt::format("must have <= {} rows for the backward's segment plan (got {})",
                                            kMaxPlanTableRows, table_rows));

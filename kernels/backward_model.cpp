@@ -80,7 +80,9 @@ void gate_residual_backward_model(DType dtype, const void* grad, const void* gat
     if (d_gate)
       segment_sums<T>(
           segment_plan_model(keys, table_rows, rows / seq), table_rows, hidden,
-          [&](int64_t r, int64_t j, auto& sum) { sum.add_product(at<T>(grad, r * hidden + j), at<T>(y, r * hidden + j)); },
+          [&](int64_t r, int64_t j, auto& sum) {
+            sum.add_product(at<T>(grad, r * hidden + j), at<T>(y, r * hidden + j));
+          },
           [&](int64_t k, int64_t j, float v) { put(d_gate_dtype, d_gate, k * hidden + j, v); });
   });
 }

@@ -40,7 +40,8 @@ llvm::Error validate_spec(const KernelSpec& spec) {
   const OpRow& row = op_row(spec.op);
   // The caps first: the op's rules (and the templates) compute with these sizes.
   if (std::string rule = size_caps_rule(spec); !rule.empty()) return bad(rule);
-  if (spec.target.sm < kMinTargetSm) return bad(fmt::format("targets older than sm_{} are not supported", kMinTargetSm));
+  if (spec.target.sm < kMinTargetSm)
+    return bad(fmt::format("targets older than sm_{} are not supported", kMinTargetSm));
   if (RuleBreak broken = row.rule(spec)) return bad(broken.rule);
   return llvm::Error::success();
 }

@@ -95,7 +95,8 @@ llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& a, const DeviceT
     return invalid(arg("x"), fmt::format("must be (T, K) contiguous (got {})", shape_string(a.x)));
   const int64_t rows = a.x.shape[0], in_features = a.x.shape[1];
   if (a.weight.ndim != 2 || a.weight.shape[1] != in_features || !is_contiguous(a.weight))
-    return invalid(arg("weight"), fmt::format("must be (N, {}) contiguous (got {})", in_features, shape_string(a.weight)));
+    return invalid(arg("weight"),
+                   fmt::format("must be (N, {}) contiguous (got {})", in_features, shape_string(a.weight)));
   const int64_t out_features = a.weight.shape[0];
   if (std::string rule = cap_rule(kInFeaturesCap, in_features); !rule.empty()) return invalid(arg("x"), rule);
   if (std::string rule = cap_rule(kOutFeaturesCap, out_features); !rule.empty()) return invalid(arg("weight"), rule);
@@ -109,8 +110,9 @@ llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& a, const DeviceT
     if (*bias_dtype != *dtype || a.bias->ndim != 1 || a.bias->shape[0] != out_features || !is_contiguous(*a.bias))
       return invalid(arg("bias"), fmt::format("must be ({},) contiguous in the weight's dtype", out_features));
   }
-  const bool out_ok = (*dtype == DType::F32 ? is_f32(a.out) : a.out.dtype.code == kDLBfloat && a.out.dtype.bits == 16) &&
-                      a.out.ndim == 2 && a.out.shape[0] == rows && a.out.shape[1] == out_features && is_contiguous(a.out);
+  const bool out_ok =
+      (*dtype == DType::F32 ? is_f32(a.out) : a.out.dtype.code == kDLBfloat && a.out.dtype.bits == 16) &&
+      a.out.ndim == 2 && a.out.shape[0] == rows && a.out.shape[1] == out_features && is_contiguous(a.out);
   if (!out_ok)
     return invalid(arg("out"), fmt::format("must be ({}, {}) contiguous in {}", rows, out_features,
                                            *dtype == DType::F32 ? "float32" : "bfloat16"));
@@ -133,7 +135,8 @@ llvm::Expected<LaunchPlan> plan_det_linear(const DetLinearArgs& a, const DeviceT
     // Persistent: at most one block per SM, and fewer warps when the tasks do not fill them all.
     const int64_t tasks = (out_features + 15) / 16;
     if (device.multiprocessors > 0) {
-      warps = static_cast<int>(std::clamp<int64_t>((tasks + device.multiprocessors - 1) / device.multiprocessors, 1, warps));
+      warps = static_cast<int>(
+          std::clamp<int64_t>((tasks + device.multiprocessors - 1) / device.multiprocessors, 1, warps));
       blocks = std::min<int64_t>((tasks + warps - 1) / warps, device.multiprocessors);
     }
     plan.shared_bytes = geometry.shared_fixed + static_cast<uint32_t>(warps) * geometry.shared_per_warp;
@@ -173,9 +176,9 @@ std::string render_det_linear_constants(const KernelSpec& spec) {
         "constexpr int kFoldColumns = {fold_columns};  // fold: columns per block\n"
         "constexpr int kWeightStage = {weight_stage};  // weight grad: rows n whose g is staged at a time\n",
         fmt::arg("grad_bf16", spec.grad_dtype == DType::BF16 ? "true" : "false"),
-        fmt::arg("threads", det_linear_bf16_backward_threads(spec.op, spec.in_features)), fmt::arg("chunk", kDetLinearBf16Chunk),
-        fmt::arg("group", kDetLinearBf16Group), fmt::arg("fold_columns", kDetLinearFoldColumns),
-        fmt::arg("weight_stage", kDetLinearWeightStage));
+        fmt::arg("threads", det_linear_bf16_backward_threads(spec.op, spec.in_features)),
+        fmt::arg("chunk", kDetLinearBf16Chunk), fmt::arg("group", kDetLinearBf16Group),
+        fmt::arg("fold_columns", kDetLinearFoldColumns), fmt::arg("weight_stage", kDetLinearWeightStage));
   return fmt::format(
              "constexpr unsigned kOpCode = {op_code};  // error-record op code\n"
              "constexpr int kInFeatures = {k};\n"
@@ -211,7 +214,8 @@ RuleBreak det_linear_rule(const KernelSpec& spec) {
     return {RuleSubject::Spec, fmt::format("det_linear with bf16 weights needs sm_80 or newer (bf16 tensor-core mma; "
                                            "the target is {})", spec.target.name())};
   if (RuleBreak broken = in_features_rule(spec)) return broken;
-  if (spec.row_tile != kRowTile) return {RuleSubject::Spec, fmt::format("the row tile is {} (got {})", kRowTile, spec.row_tile)};
+  if (spec.row_tile != kRowTile)
+    return {RuleSubject::Spec, fmt::format("the row tile is {} (got {})", kRowTile, spec.row_tile)};
   return {};
 }
 // Both activations.

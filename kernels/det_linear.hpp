@@ -39,7 +39,8 @@ struct DetLinearGeometry {
   int columns_per_warp = 0;  ///< output columns a warp owns (bf16: 16, the mma's M)
   int depth = 0;             ///< register streaming: loads a lane keeps in flight (fp32 groups, bf16 32-wide chunks)
   int tile_chunks = 0;       ///< bf16 register streaming: 32-wide chunks of x staged in shared memory at a time
-  bool bulk = false;         ///< bf16 on sm_90/sm_100: weights by bulk copies through a ring per warp, persistent blocks
+  bool bulk = false;         ///< bf16 on sm_90/sm_100: weights by bulk copies through a ring per warp,
+                             ///< persistent blocks
   int stage_chunks = 0;      ///< bulk: 32-wide chunks of each of a warp's 16 rows per ring slot
   int stages = 0;            ///< bulk: ring slots per warp
   uint32_t shared_fixed = 0;     ///< bulk: dynamic shared bytes per block for x and nothing else

@@ -104,7 +104,8 @@ void add_det_linear_input_fold(LaunchSequence& sequence, int device_id, bool bf1
                    device_id, static_cast<uint32_t>(blocks),
                    static_cast<uint32_t>(det_linear_bf16_backward_threads(op, in_features)));
   // The backward kernels' parameters; the fold reads neither the gradient nor the weights.
-  for (uint64_t v : {uint64_t{0}, x, uint64_t{0}, partials, d_input, uint64_t{0}, uint64_t{0}, static_cast<uint64_t>(rows)})
+  for (uint64_t v :
+       {uint64_t{0}, x, uint64_t{0}, partials, d_input, uint64_t{0}, uint64_t{0}, static_cast<uint64_t>(rows)})
     plan.push(v);
 }
 
@@ -124,14 +125,15 @@ llvm::Error require_outputs(const DetLinearBackwardArgs& a, const llvm::SmallVec
     if (a.d_input || a.workspace)
       return invalid(arg(a, "partials"), "replace d_input and the workspace (they are not folded here): pass neither");
     const int64_t chunk = det_linear_input_chunk(weight_dtype == DType::BF16);
-    if (auto err = require_dense(arg(a, "partials"), *a.partials, {(out_features + chunk - 1) / chunk, rows, in_features},
-                                 DType::F32))
+    if (auto err = require_dense(arg(a, "partials"), *a.partials,
+                                 {(out_features + chunk - 1) / chunk, rows, in_features}, DType::F32))
       return err;
   }
   if (a.d_input)
     if (auto err = require_dense(arg(a, "d_input"), *a.d_input, {rows, in_features}, DType::F32)) return err;
   if (a.d_weight)
-    if (auto err = require_dense(arg(a, "d_weight"), *a.d_weight, {out_features, in_features}, weight_dtype)) return err;
+    if (auto err = require_dense(arg(a, "d_weight"), *a.d_weight, {out_features, in_features}, weight_dtype))
+      return err;
   if (a.d_bias)
     if (auto err = require_dense(arg(a, "d_bias"), *a.d_bias, {out_features}, weight_dtype)) return err;
   if (a.d_input)
@@ -158,9 +160,11 @@ llvm::Expected<LaunchSequence> plan_bf16(const DetLinearBackwardArgs& a, llvm::S
   if (*grad_dtype == DType::F16) return invalid(arg(a, "grad"), "must be bfloat16 or float32 for bfloat16 weights");
   if (auto err = require_dense(arg(a, "grad"), a.grad, {rows, out_features}, *grad_dtype)) return err;
   if (a.pre_activation)
-    return invalid(arg(a, "pre_activation"), "must be null for bfloat16 weights (SiLU is on the input, recomputed from x)");
+    return invalid(arg(a, "pre_activation"),
+                   "must be null for bfloat16 weights (SiLU is on the input, recomputed from x)");
   if (auto err = require_outputs(a, tensors, DType::BF16)) return err;
-  if (data_address(a.x) % 16 != 0 || data_address(a.weight) % 16 != 0 || (a.d_weight && data_address(*a.d_weight) % 16 != 0))
+  if (data_address(a.x) % 16 != 0 || data_address(a.weight) % 16 != 0 ||
+      (a.d_weight && data_address(*a.d_weight) % 16 != 0))
     return invalid(arg(a, "x"), "x, weight and d_weight must be 16-byte aligned (16-byte vectors)");
 
   LaunchSequence sequence;
@@ -212,7 +216,8 @@ llvm::Expected<LaunchSequence> plan_det_linear_backward(const DetLinearBackwardA
   if (a.x.ndim != 2 || a.weight.ndim != 2)
     return invalid(arg(a, "x"), "x must be (T, K) and weight (N, K)");
   const int64_t rows = a.x.shape[0], in_features = a.x.shape[1], out_features = a.weight.shape[0];
-  if (rows < 1 || rows > kMaxRows) return invalid(arg(a, "x"), fmt::format("must have 1..{} rows (got {})", kMaxRows, rows));
+  if (rows < 1 || rows > kMaxRows)
+    return invalid(arg(a, "x"), fmt::format("must have 1..{} rows (got {})", kMaxRows, rows));
   if (std::string rule = cap_rule(kInFeaturesCap, in_features); !rule.empty()) return invalid(arg(a, "x"), rule);
   if (std::string rule = cap_rule(kOutFeaturesCap, out_features); !rule.empty()) return invalid(arg(a, "weight"), rule);
   if (auto err = require_dense(arg(a, "x"), a.x, {rows, in_features}, DType::F32)) return err;
@@ -221,9 +226,11 @@ llvm::Expected<LaunchSequence> plan_det_linear_backward(const DetLinearBackwardA
   if (*weight_dtype == DType::BF16) return plan_bf16(a, tensors);
   if (auto err = require_dense(arg(a, "weight"), a.weight, {out_features, in_features}, DType::F32)) return err;
   if (auto err = require_dense(arg(a, "grad"), a.grad, {rows, out_features}, DType::F32)) return err;
-  if (a.silu && !a.pre_activation) return invalid(arg(a, "pre_activation"), "is required with silu (the forward saves it)");
+  if (a.silu && !a.pre_activation)
+    return invalid(arg(a, "pre_activation"), "is required with silu (the forward saves it)");
   if (a.pre_activation)
-    if (auto err = require_dense(arg(a, "pre_activation"), *a.pre_activation, {rows, out_features}, DType::F32)) return err;
+    if (auto err = require_dense(arg(a, "pre_activation"), *a.pre_activation, {rows, out_features}, DType::F32))
+      return err;
   if (auto err = require_outputs(a, tensors, DType::F32)) return err;
 
   LaunchSequence sequence;
@@ -259,14 +266,15 @@ llvm::Expected<LaunchSequence> plan_det_linear_input_fold(const DetLinearInputFo
   if (auto err = require_cuda_on_one_device(kFoldOp, tensors)) return err;
   if (a.x.ndim != 2) return invalid(fold_arg("x"), fmt::format("must be (T, K) (got {})", shape_string(a.x)));
   const int64_t rows = a.x.shape[0], in_features = a.x.shape[1];
-  if (rows < 1 || rows > kMaxRows) return invalid(fold_arg("x"), fmt::format("must have 1..{} rows (got {})", kMaxRows, rows));
+  if (rows < 1 || rows > kMaxRows)
+    return invalid(fold_arg("x"), fmt::format("must have 1..{} rows (got {})", kMaxRows, rows));
   if (std::string rule = cap_rule(kInFeaturesCap, in_features); !rule.empty()) return invalid(fold_arg("x"), rule);
   if (auto err = require_dense(fold_arg("x"), a.x, {rows, in_features}, DType::F32)) return err;
   if (auto err = require_dense(fold_arg("d_input"), a.d_input, {rows, in_features}, DType::F32)) return err;
   const int64_t chunk = det_linear_input_chunk(a.bf16_weights);
   if (a.partials.ndim != 3 || a.partials.shape[0] < 1)
-    return invalid(fold_arg("partials"), fmt::format("must be (C, {}, {}) with C >= 1 chunks (got {})", rows, in_features,
-                                                shape_string(a.partials)));
+    return invalid(fold_arg("partials"), fmt::format("must be (C, {}, {}) with C >= 1 chunks (got {})", rows,
+                                                     in_features, shape_string(a.partials)));
   const int64_t chunks = a.partials.shape[0];
   // The fold is the backward's for N = C whole chunks, so N's cap bounds C.
   if (chunks > kOutFeaturesCap.max / chunk)
@@ -312,7 +320,8 @@ std::vector<KernelSpec> backward_family(OpCode op, const KernelSpec& sizes) {
   std::vector<KernelSpec> specs;
   for (bool silu : {false, true}) {
     if (dtype != DType::BF16) {
-      if (op != Op::DetLinearInputFold) specs.push_back(det_linear_spec(DType::F32, in_features, out_features, silu, op));
+      if (op != Op::DetLinearInputFold)
+        specs.push_back(det_linear_spec(DType::F32, in_features, out_features, silu, op));
       continue;
     }
     for (DType grad : {DType::BF16, DType::F32})
@@ -338,9 +347,15 @@ std::vector<KernelSpec> backward_catalog(OpCode op, DType dtype) {
 std::vector<KernelSpec> input_grad_catalog(DType dtype) { return backward_catalog(Op::DetLinearInputGrad, dtype); }
 std::vector<KernelSpec> input_fold_catalog(DType dtype) { return backward_catalog(Op::DetLinearInputFold, dtype); }
 std::vector<KernelSpec> weight_grad_catalog(DType dtype) { return backward_catalog(Op::DetLinearWeightGrad, dtype); }
-std::vector<KernelSpec> input_grad_family(const KernelSpec& sizes) { return backward_family(Op::DetLinearInputGrad, sizes); }
-std::vector<KernelSpec> input_fold_family(const KernelSpec& sizes) { return backward_family(Op::DetLinearInputFold, sizes); }
-std::vector<KernelSpec> weight_grad_family(const KernelSpec& sizes) { return backward_family(Op::DetLinearWeightGrad, sizes); }
+std::vector<KernelSpec> input_grad_family(const KernelSpec& sizes) {
+  return backward_family(Op::DetLinearInputGrad, sizes);
+}
+std::vector<KernelSpec> input_fold_family(const KernelSpec& sizes) {
+  return backward_family(Op::DetLinearInputFold, sizes);
+}
+std::vector<KernelSpec> weight_grad_family(const KernelSpec& sizes) {
+  return backward_family(Op::DetLinearWeightGrad, sizes);
+}
 // The bf16 kernels are compiled per row tile: a call of T rows runs the one
 // det_linear_backward_row_tile picks.
 bool serves_rows(const KernelSpec& spec, int64_t rows) {

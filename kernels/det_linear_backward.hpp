@@ -27,8 +27,10 @@ inline constexpr OpCode DetLinearInputFold{18};
 
 struct DetLinearBackwardArgs {
   const DLTensor& grad;            ///< (T, N), T <= 8: float32 (bf16 weights: float32 or bfloat16)
-  const DLTensor* pre_activation;  ///< fp32 weights: (T, N) float32 saved by the forward (required with silu); bf16: null
-  const DLTensor& x;               ///< (T, K) float32, the forward's input (bf16 weights: temb, before SiLU and the cast)
+  const DLTensor* pre_activation;  ///< fp32 weights: (T, N) float32 saved by the forward (required with silu);
+                                   ///< bf16: null
+  const DLTensor& x;               ///< (T, K) float32, the forward's input (bf16 weights: temb, before SiLU and
+                                   ///< the cast)
   const DLTensor& weight;          ///< (N, K) float32 or bfloat16
   const DLTensor* d_input;         ///< (T, K) float32, or null
   const DLTensor* d_weight;        ///< (N, K) in the weight's dtype, or null

@@ -119,7 +119,8 @@ const OpRow kGateResidualRow = {
     Op::GateResidual, "gate_residual", OpRole::Forward, "gate_residual",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    gate_residual_templates, codegen::render_row_constants, gate_residual_rule, gate_residual_family, [](DType dtype) { return h3_strides(Op::GateResidual, dtype, {6, 2}); },
+    gate_residual_templates, codegen::render_row_constants, gate_residual_rule,
+    gate_residual_family, [](DType dtype) { return h3_strides(Op::GateResidual, dtype, {6, 2}); },
     "--hidden H --table-stride N", "residual + gate.index_select(0, index) * y", /*default_stride_in_h=*/6};
 
 }  // namespace exactjit

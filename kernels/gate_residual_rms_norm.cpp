@@ -34,7 +34,8 @@ llvm::Error in_terms_of(std::string_view op, llvm::Error error) {
   ErrorReport report = take_error(std::move(error));
   std::string& m = report.message;
   for (const auto& [from, to] : {std::pair{"gate_residual: out", "h"}, {"rms_norm: x", "h"},
-                                 {"gate_residual_backward: grad", "d_residual"}, {"rms_norm_backward: grad", "grad_out"},
+                                 {"gate_residual_backward: grad", "d_residual"},
+                                 {"rms_norm_backward: grad", "grad_out"},
                                  {"rms_norm_backward: x", "h"}, {"rms_norm_backward: dx", "d_residual"},
                                  {"rms_norm_backward: residual_grad", "grad_h"},
                                  {"rms_norm_backward: dweight", "d_weight"}, {"rms_norm_backward: dshift", "d_shift"},
@@ -79,13 +80,14 @@ llvm::Expected<LaunchPlan> plan_gate_residual_rms_norm(const GateResidualRmsNorm
   if (auto err = require_row_rules(spec, arg("h"), arg("gate"))) return err;
   if (modulated) {
     if (a.shift->shape[0] != a.gate.shape[0] || norm->spec.table_stride != table_stride)
-      return invalid(arg("shift"), fmt::format("must have the gate's {} rows and row stride {} (got {} rows, stride {})",
-                                               a.gate.shape[0], table_stride, a.shift->shape[0],
-                                               norm->spec.table_stride));
+      return invalid(arg("shift"),
+                     fmt::format("must have the gate's {} rows and row stride {} (got {} rows, stride {})",
+                                 a.gate.shape[0], table_stride, a.shift->shape[0], norm->spec.table_stride));
   }
   llvm::SmallVector<NamedTensor, 10> tensors = {
       {"residual", &a.residual}, {"gate", &a.gate}, {"index", &a.index}, {"y", &a.y}, {"h", &a.h}, {"out", &a.out}};
-  for (const auto& [name, t] : {std::pair{"weight", a.weight}, {"shift", a.shift}, {"scale", a.scale}, {"rstd", a.rstd}})
+  for (const auto& [name, t] :
+       {std::pair{"weight", a.weight}, {"shift", a.shift}, {"scale", a.scale}, {"rstd", a.rstd}})
     if (t) tensors.push_back({name, t});
   // h may be residual itself (in place), as gate_residual's out may.
   for (const auto& [name, t] : tensors) {
@@ -196,8 +198,8 @@ llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateRe
   }
   if (needs_workspace && bytes < 0) return invalid(workspace_name, "has no valid size for these shapes");
   // Across the parts: no output overlaps any other argument (the workspace as one tensor).
-  if (auto err = require_disjoint_outputs(kBackwardOp, tensors,
-                                          {"d_residual", "d_y", "d_gate", "d_weight", "d_shift", "d_scale", "workspace"}))
+  if (auto err = require_disjoint_outputs(
+          kBackwardOp, tensors, {"d_residual", "d_y", "d_gate", "d_weight", "d_shift", "d_scale", "workspace"}))
     return err;
 
   // With grad_h (passed as the residual gradient), rms_norm's dx kernel becomes this op's: the
@@ -238,7 +240,8 @@ std::vector<KernelSpec> dx_family(const KernelSpec& sizes) {
   for (int64_t stride : {sizes.table_stride, int64_t{0}})
     for (IndexType index : index_types_for(stride))
       for (bool weighted : {true, false})
-        specs.push_back(make_spec(Op::GateResidualRmsNormBackward, sizes.dtype, index, sizes.hidden, stride, 4, weighted));
+        specs.push_back(
+            make_spec(Op::GateResidualRmsNormBackward, sizes.dtype, index, sizes.hidden, stride, 4, weighted));
   return specs;
 }
 }  // namespace
@@ -247,14 +250,16 @@ const OpRow kGateResidualRmsNormRow = {
     Op::GateResidualRmsNorm, "gate_residual_rms_norm", OpRole::Forward, "gate_residual_rms_norm",
     SpecShape::Rows, /*describes_weight=*/true, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    forward_templates, codegen::render_row_norm_constants, forward_rule, forward_family, [](DType dtype) { return h3_strides(Op::GateResidualRmsNorm, dtype, {6}); },
+    forward_templates, codegen::render_row_norm_constants, forward_rule,
+    forward_family, [](DType dtype) { return h3_strides(Op::GateResidualRmsNorm, dtype, {6}); },
     "--hidden H --table-stride N",
     "gate_residual into h, then rms_norm of h (optionally modulated), in one pass", /*default_stride_in_h=*/6};
 const OpRow kGateResidualRmsNormBackwardRow = {
     Op::GateResidualRmsNormBackward, "gate_residual_rms_norm_backward", OpRole::Backward,
     "gate_residual_rms_norm", SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128,
     /*row_unroll=*/1, {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    rms_norm_dx_templates, dx_constants, rms_norm_rule, dx_family, [](DType dtype) { return h3_strides(Op::GateResidualRmsNormBackward, dtype, {6}); }};
+    rms_norm_dx_templates, dx_constants, rms_norm_rule,
+    dx_family, [](DType dtype) { return h3_strides(Op::GateResidualRmsNormBackward, dtype, {6}); }};
 
 }  // namespace exactjit
 

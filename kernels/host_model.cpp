@@ -132,7 +132,8 @@ int64_t adaln_row_gather_model(size_t element_bytes, const void* rows, int64_t t
     }
     const uint8_t* row = source + static_cast<size_t>((t * 3 + tag) * table_stride) * element_bytes;
     for (int64_t c = 0; c < 6; ++c)
-      std::memcpy(target + static_cast<size_t>(c * seq + s) * row_bytes, row + static_cast<size_t>(c) * row_bytes, row_bytes);
+      std::memcpy(target + static_cast<size_t>(c * seq + s) * row_bytes, row + static_cast<size_t>(c) * row_bytes,
+                  row_bytes);
   }
   return skipped;
 }

@@ -52,7 +52,8 @@ void det_linear_fp32_backward_model(const float* grad, const float* pre_activati
 /// det_linear backward with bf16 weights (templates/det_linear_grad_bf16.cuh), bitwise in the
 /// kernels' order: grad (T, N) as fp32 values (a bf16 gradient widened exactly), temb (T, K),
 /// weight (N, K) bf16 bits; d_input[t, k] (fp32) = the chunked, compensated d_x of grad and W
-/// (the fp32 backward's form with 256-output chunks of 8-output fma chains), then (silu) times SiLU's derivative at temb; d_weight[n, k] = rT(fma chain over t of
+/// (the fp32 backward's form with 256-output chunks of 8-output fma chains), then (silu) times SiLU's derivative
+/// at temb; d_weight[n, k] = rT(fma chain over t of
 /// grad[t, n] * x[t, k]), x = rT(silu(temb)) or rT(temb); d_bias[n] = rT(compensated sum over t).
 /// d_weight and d_bias as bf16 bits; null outputs are skipped. With silu the host's expf may
 /// differ from libdevice's in the last bits.

@@ -24,7 +24,8 @@ RuleBreak rms_norm_rule(const KernelSpec& spec) {
   if (spec.table_stride != 0 && (spec.table_stride < spec.hidden || spec.table_stride % 4 != 0))
     return {RuleSubject::TableStride, fmt::format("row stride must be a multiple of 4 and >= H = {} (got {})",
                                                   spec.hidden, spec.table_stride)};
-  if (spec.vec != 4) return {RuleSubject::Spec, fmt::format("rms_norm kernels move 4-element vectors (vec=4, got {})", spec.vec)};
+  if (spec.vec != 4)
+    return {RuleSubject::Spec, fmt::format("rms_norm kernels move 4-element vectors (vec=4, got {})", spec.vec)};
   return {};
 }
 

@@ -44,7 +44,8 @@ llvm::Expected<LaunchPlan> plan_rms_norm(const RmsNormArgs& a) {
     if (*other != *dtype)
       return invalid(arg(name), fmt::format("must have x's dtype {} (got {})", dtype_name(*dtype), dtype_name(*other)));
   }
-  if (!std::isfinite(a.eps) || a.eps < 0) return invalid(arg("eps"), fmt::format("must be finite and >= 0 (got {})", a.eps));
+  if (!std::isfinite(a.eps) || a.eps < 0)
+    return invalid(arg("eps"), fmt::format("must be finite and >= 0 (got {})", a.eps));
 
   if (a.x.ndim < 1) return invalid(arg("x"), "must have a last dimension H");
   const int64_t hidden = a.x.shape[a.x.ndim - 1];
@@ -60,7 +61,8 @@ llvm::Expected<LaunchPlan> plan_rms_norm(const RmsNormArgs& a) {
   const int64_t rows = element_count(a.x) / hidden;
   bool same = a.out.ndim == a.x.ndim;
   for (int d = 0; same && d < a.x.ndim; ++d) same = a.out.shape[d] == a.x.shape[d];
-  if (!same) return invalid(arg("out"), fmt::format("must have x's shape {} (got {})", shape_string(a.x), shape_string(a.out)));
+  if (!same)
+    return invalid(arg("out"), fmt::format("must have x's shape {} (got {})", shape_string(a.x), shape_string(a.out)));
   if (!is_contiguous(a.out) || data_address(a.out) % (4 * elem) != 0)
     return invalid(arg("out"), fmt::format("must be contiguous and aligned to 4 elements ({} bytes)", 4 * elem));
   if (a.weight) {
@@ -86,7 +88,8 @@ llvm::Expected<LaunchPlan> plan_rms_norm(const RmsNormArgs& a) {
     for (const auto& [name, t] : {std::pair{"shift", a.shift}, std::pair{"scale", a.scale}}) {
       if (t->ndim != 2 || t->shape[1] != hidden)
         return invalid(arg(name), fmt::format("must be (R, {}) (got {})", hidden, shape_string(*t)));
-      if (stride_of(*t, 1) != 1) return invalid(arg(name), fmt::format("must have unit column stride (got {})", stride_of(*t, 1)));
+      if (stride_of(*t, 1) != 1)
+        return invalid(arg(name), fmt::format("must have unit column stride (got {})", stride_of(*t, 1)));
       if (data_address(*t) % (4 * elem) != 0)
         return invalid(arg(name), fmt::format("must be aligned to 4 elements ({} bytes)", 4 * elem));
     }
@@ -151,7 +154,8 @@ const OpRow kRmsNormRow = {
     Op::RmsNorm, "rms_norm", OpRole::Forward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/true, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    rms_norm_templates, codegen::render_rms_norm_constants, rms_norm_rule, rms_norm_family, [](DType dtype) { return h3_strides(Op::RmsNorm, dtype, {0, 6, 2}); },
+    rms_norm_templates, codegen::render_rms_norm_constants, rms_norm_rule,
+    rms_norm_family, [](DType dtype) { return h3_strides(Op::RmsNorm, dtype, {0, 6, 2}); },
     "--hidden H [--table-stride N]", "F.rms_norm, optionally AdaLN-modulated (with a table stride)",
     /*default_stride_in_h=*/0};
 

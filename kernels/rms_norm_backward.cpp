@@ -111,7 +111,8 @@ bool tiles_fill_device(int64_t blocks, const DeviceTraits& device) {
 
 int64_t rms_norm_backward_workspace(int64_t rows, int64_t seq, int64_t table_rows, int64_t hidden, bool weighted) {
   const KernelSpec sizes = make_spec(Op::RmsNormBackward, DType::F32, IndexType::I64, hidden, 0, 4);
-  if (rows < 0 || seq < 1 || rows % seq != 0 || table_rows < 0 || !size_caps_rule(sizes).empty() || rms_norm_rule(sizes))
+  if (rows < 0 || seq < 1 || rows % seq != 0 || table_rows < 0 || !size_caps_rule(sizes).empty() ||
+      rms_norm_rule(sizes))
     return -1;
   return regions(rows, seq, table_rows, hidden, weighted).end;
 }
@@ -125,7 +126,8 @@ int64_t rms_norm_backward_partial_tiles(int64_t rows, int64_t seq, int64_t table
 llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs& a, const DeviceTraits& device) {
   const bool modulated = a.scale || a.index;
   if (modulated && !(a.scale && a.index)) return invalid(arg("scale"), "scale and index must be given together");
-  if (!std::isfinite(a.eps) || a.eps < 0) return invalid(arg("eps"), fmt::format("must be finite and >= 0 (got {})", a.eps));
+  if (!std::isfinite(a.eps) || a.eps < 0)
+    return invalid(arg("eps"), fmt::format("must be finite and >= 0 (got {})", a.eps));
   if (a.dweight && !a.weight) return invalid(arg("dweight"), "needs the forward's weight");
   if ((a.dshift || a.dscale) && !modulated) return invalid(arg("dshift"), "dshift/dscale need scale and index");
   const RmsNormTilePartials* given = a.tile_partials;
@@ -134,7 +136,8 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
       return invalid(arg("tile_partials"), "are asked for alone: dx and the folded gradients must be null");
     if (given->weight && !a.weight) return invalid(arg("weight_partials"), "needs the forward's weight");
     if ((given->shift || given->scale) && !modulated)
-      return invalid(arg(given->shift ? "shift_partials" : "scale_partials"), "needs scale and index (the modulated form)");
+      return invalid(arg(given->shift ? "shift_partials" : "scale_partials"),
+                     "needs scale and index (the modulated form)");
   }
   llvm::SmallVector<NamedTensor, 16> tensors = {{"grad", &a.grad}, {"x", &a.x}, {"rstd", &a.rstd}};
   for (const auto& [name, t] : {std::pair{"weight", a.weight}, {"scale", a.scale}, {"index", a.index}, {"dx", a.dx},
@@ -370,7 +373,8 @@ std::string rms_norm_dx_constants(const KernelSpec& spec, bool residual_grad) {
 
 namespace {
 std::vector<std::string_view> param_grad_templates(const KernelSpec&) {
-  return {"quad_io.cuh", "fixed_order_sum.cuh", "segment_tiles.cuh", "rms_norm_grad_math.cuh", "rms_norm_param_grad.cuh"};
+  return {"quad_io.cuh", "fixed_order_sum.cuh", "segment_tiles.cuh", "rms_norm_grad_math.cuh",
+          "rms_norm_param_grad.cuh"};
 }
 // dx, of the norm alone (gate_residual_rms_norm's backward adds the residual gradient).
 std::string dx_constants(const KernelSpec& spec) { return rms_norm_dx_constants(spec, false); }
@@ -379,7 +383,8 @@ std::vector<KernelSpec> dx_family(const KernelSpec& sizes) {
   std::vector<KernelSpec> specs;
   for (IndexType index : index_types_for(sizes.table_stride))
     for (bool weighted : {true, false})
-      specs.push_back(make_spec(Op::RmsNormBackward, sizes.dtype, index, sizes.hidden, sizes.table_stride, 4, weighted));
+      specs.push_back(
+          make_spec(Op::RmsNormBackward, sizes.dtype, index, sizes.hidden, sizes.table_stride, 4, weighted));
   return specs;
 }
 // dshift/dscale/dweight over segment tiles of table rows: the table stride is not the kernel's.
@@ -412,21 +417,24 @@ const OpRow kRmsNormBackwardRow = {
     Op::RmsNormBackward, "rms_norm_backward", OpRole::Backward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    rms_norm_dx_templates, dx_constants, rms_norm_rule, dx_family, [](DType dtype) { return h3_strides(Op::RmsNormBackward, dtype, {0, 6, 2}); }};
+    rms_norm_dx_templates, dx_constants, rms_norm_rule,
+    dx_family, [](DType dtype) { return h3_strides(Op::RmsNormBackward, dtype, {0, 6, 2}); }};
 // The parameter tiles keep row_unroll 4: 16 cost more at large S (160 registers, fewer blocks per
 // SM) than they gained at small S (docs/perf-notes.md, backward v3).
 const OpRow kRmsNormTableGradRow = {
     Op::RmsNormTableGrad, "rms_norm_table_grad", OpRole::Backward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/4,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    param_grad_templates, render_table_grad_constants, param_grad_rule, table_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormTableGrad, dtype, {0}); }};
+    param_grad_templates, render_table_grad_constants, param_grad_rule,
+    table_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormTableGrad, dtype, {0}); }};
 // The plain dweight tiles load 8 rows at a time: at S = 4097 their 256-row walk is latency-bound
 // (docs/perf-notes.md, v10), and one accumulator per column leaves the registers for it.
 const OpRow kRmsNormWeightGradRow = {
     Op::RmsNormWeightGrad, "rms_norm_weight_grad", OpRole::Backward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/8,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    param_grad_templates, render_backward_constants, param_grad_rule, weight_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormWeightGrad, dtype, {0}); }};
+    param_grad_templates, render_backward_constants, param_grad_rule,
+    weight_grad_family, [](DType dtype) { return h3_strides(Op::RmsNormWeightGrad, dtype, {0}); }};
 
 namespace {
 std::vector<std::string_view> one_pass_templates(const KernelSpec&) {
@@ -454,7 +462,9 @@ std::vector<KernelSpec> one_pass_family_of(OpCode op, const KernelSpec& sizes) {
   return {make_spec(op, sizes.dtype, IndexType::I64, sizes.hidden, 0, 4, true),
           make_spec(op, sizes.dtype, IndexType::I64, sizes.hidden, 0, 4, false)};
 }
-std::vector<KernelSpec> one_pass_family(const KernelSpec& sizes) { return one_pass_family_of(Op::RmsNormOnePass, sizes); }
+std::vector<KernelSpec> one_pass_family(const KernelSpec& sizes) {
+  return one_pass_family_of(Op::RmsNormOnePass, sizes);
+}
 std::vector<KernelSpec> gated_one_pass_family(const KernelSpec& sizes) {
   return one_pass_family_of(Op::GateResidualRmsNormOnePass, sizes);
 }
@@ -465,13 +475,15 @@ const OpRow kRmsNormOnePassRow = {
     Op::RmsNormOnePass, "rms_norm_one_pass", OpRole::Backward, "rms_norm",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    one_pass_templates, one_pass_constants, one_pass_rule, one_pass_family, [](DType dtype) { return h3_strides(Op::RmsNormOnePass, dtype, {0}); }};
+    one_pass_templates, one_pass_constants, one_pass_rule,
+    one_pass_family, [](DType dtype) { return h3_strides(Op::RmsNormOnePass, dtype, {0}); }};
 // The same kernel forming gate_residual_rms_norm's gate gradients as well (kGated).
 const OpRow kGateResidualRmsNormOnePassRow = {
     Op::GateResidualRmsNormOnePass, "gate_residual_rms_norm_one_pass", OpRole::Backward, "gate_residual_rms_norm",
     SpecShape::Rows, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/0, /*row_unroll=*/1,
     {"index", "index"}, ErrorValue::Index, /*value_rule=*/"",
-    one_pass_templates, one_pass_constants, one_pass_rule, gated_one_pass_family, [](DType dtype) { return h3_strides(Op::GateResidualRmsNormOnePass, dtype, {0}); }};
+    one_pass_templates, one_pass_constants, one_pass_rule,
+    gated_one_pass_family, [](DType dtype) { return h3_strides(Op::GateResidualRmsNormOnePass, dtype, {0}); }};
 
 }  // namespace exactjit
 

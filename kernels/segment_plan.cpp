@@ -86,7 +86,8 @@ void add_fold_launch(LaunchSequence& sequence, const SegmentLayout* l, uint64_t 
                      uint64_t partials, int64_t tiles, int64_t width, uint64_t out, bool whole_table) {
   const KernelSpec fold_spec = make_plan_spec(Op::SegmentFold, dtype, IndexType::I64);
   const int threads = codegen::backward_threads(fold_spec);
-  LaunchPlan& fold = sequence.add(fold_spec, device_id, static_cast<uint32_t>((width + threads - 1) / threads), threads);
+  LaunchPlan& fold =
+      sequence.add(fold_spec, device_id, static_cast<uint32_t>((width + threads - 1) / threads), threads);
   fold.grid_y = static_cast<uint32_t>(l && !whole_table ? l->table_rows : 1);
   fold.push(partials);
   fold.push(l ? workspace + l->row_tile_start : 0);
@@ -108,9 +109,10 @@ std::string backward_constants(const KernelSpec& spec, bool segmented) {
              "constexpr long long kChunkPositions = {chunk};\n"
              "constexpr int kMaxTableRows = {max_rows};\n"
              "constexpr int kTargetArch = {arch};\n",
-             fmt::arg("weighted", spec.weighted ? "true" : "false"), fmt::arg("segmented", segmented ? "true" : "false"),
-             fmt::arg("threads", codegen::backward_threads(spec)), fmt::arg("unroll", codegen::backward_row_unroll(spec)),
-             fmt::arg("tile", kTilePositions), fmt::arg("chunk", kChunkPositions), fmt::arg("max_rows", kMaxPlanTableRows),
+             fmt::arg("weighted", spec.weighted ? "true" : "false"),
+             fmt::arg("segmented", segmented ? "true" : "false"), fmt::arg("threads", codegen::backward_threads(spec)),
+             fmt::arg("unroll", codegen::backward_row_unroll(spec)), fmt::arg("tile", kTilePositions),
+             fmt::arg("chunk", kChunkPositions), fmt::arg("max_rows", kMaxPlanTableRows),
              fmt::arg("arch", spec.target.sm));
 }
 }  // namespace

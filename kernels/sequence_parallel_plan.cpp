@@ -124,7 +124,8 @@ extern "C" exactjit_status_t xj_sequence_parallel_plan(const long long* keys, lo
                 fmt::format("{}: {} must not be NULL", kName, !keys ? "keys" : !shard_start ? "shard_start" : "sizes"));
   if (seq < 1 || ranks < 1 || rank < 0 || rank >= ranks)
     return fail(XJ_ERROR_INVALID_ARGUMENT,
-                fmt::format("{}: needs seq >= 1, ranks >= 1 and 0 <= rank < ranks (got seq = {}, ranks = {}, rank = {})",
+                fmt::format("{}: needs seq >= 1, ranks >= 1 and 0 <= rank < ranks "
+                            "(got seq = {}, ranks = {}, rank = {})",
                             kName, seq, ranks, rank));
   auto plan = exactjit::sequence_parallel_plan(std::vector<int64_t>(keys, keys + seq), table_rows, batch,
                                                std::vector<int64_t>(shard_start, shard_start + ranks + 1));

@@ -92,8 +92,8 @@ llvm::Error require_cuda_on_one_device(std::string_view op, llvm::ArrayRef<Named
   const NamedTensor& first = tensors.front();
   for (const NamedTensor& t : tensors)
     if (t.tensor->device.device_id != first.tensor->device.device_id)
-      return invalid({op, t.name}, fmt::format("is on CUDA device {} but {} is on device {}", t.tensor->device.device_id,
-                                               first.name, first.tensor->device.device_id));
+      return invalid({op, t.name}, fmt::format("is on CUDA device {} but {} is on device {}",
+                                               t.tensor->device.device_id, first.name, first.tensor->device.device_id));
   return llvm::Error::success();
 }
 

@@ -146,7 +146,8 @@ const OpRow kTimestepSinusoidBackwardRow = {
     Op::TimestepSinusoidBackward, "timestep_sinusoid_backward", OpRole::Backward, "timestep_sinusoid",
     SpecShape::Channels, /*describes_weight=*/false, /*row_chunks=*/1, /*threads=*/128, /*row_unroll=*/1,
     {"t", "t"}, ErrorValue::Index, /*value_rule=*/"",
-    sinusoid_backward_templates, codegen::render_sinusoid_constants, channels_rule, sinusoid_backward_family, sinusoid_backward_catalog};
+    sinusoid_backward_templates, codegen::render_sinusoid_constants, channels_rule, sinusoid_backward_family,
+    sinusoid_backward_catalog};
 
 }  // namespace exactjit
 

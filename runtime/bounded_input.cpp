@@ -91,7 +91,8 @@ llvm::Expected<llvm::json::Value> parse_bounded_json(llvm::StringRef text, llvm:
   if (auto err = check_json_shape(text, what)) return err;
   auto parsed = llvm::json::parse(text);
   if (!parsed)
-    return make_error(ErrorCode::Io, fmt::format("{} is not valid JSON ({})", what, llvm::toString(parsed.takeError())));
+    return make_error(ErrorCode::Io,
+                      fmt::format("{} is not valid JSON ({})", what, llvm::toString(parsed.takeError())));
   return parsed;
 }
 

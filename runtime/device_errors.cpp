@@ -19,7 +19,8 @@ llvm::Error report_error(const DeviceErrorRecord& record) {
   const unsigned code = record.op & 0xFFFFu;  // the op's code; the argument sits above it
   const OpRow* row = op_row_by_code(code);
   if (!row)
-    return make_error(ErrorCode::BadIndex, fmt::format("a kernel reported a bad index with an unknown op code {}", code));
+    return make_error(ErrorCode::BadIndex,
+                      fmt::format("a kernel reported a bad index with an unknown op code {}", code));
   const std::string_view argument = index_argument_name(row->op, record.op >> 16);
   if (row->error_value == ErrorValue::FloatBits) {  // the value is the float itself
     float value = 0;

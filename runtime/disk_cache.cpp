@@ -363,7 +363,8 @@ llvm::Expected<DiskEntry> DiskCache::publish(const KernelSource& source, const s
   const std::string temp_dir(temp.str());
   auto write_all = [&]() -> llvm::Error {
     if (auto err = write_file_durably(join_path(temp_dir, kSourceFile), source.text)) return err;
-    if (auto err = write_file_durably(join_path(temp_dir, output.is_ptx ? kPtxFile : kCubinFile), output.image)) return err;
+    if (auto err = write_file_durably(join_path(temp_dir, output.is_ptx ? kPtxFile : kCubinFile), output.image))
+      return err;
     return write_file_durably(join_path(temp_dir, kManifestFile),
                               llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest))).str());
   };

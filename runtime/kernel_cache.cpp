@@ -27,7 +27,8 @@ std::string prewarm_command(const KernelSpec& spec) {
                          row.role != OpRole::Forward ? "" : spec.silu ? " --activation silu" : " --activation none",
                          spec.target.name());
     case SpecShape::Channels:
-      return fmt::format("exactjit prewarm --op {} --channels {} --arch {}", row.name, spec.channels, spec.target.name());
+      return fmt::format("exactjit prewarm --op {} --channels {} --arch {}", row.name, spec.channels,
+                         spec.target.name());
     case SpecShape::Plan:  // not sized by the call: every key count and index type
       return fmt::format("exactjit prewarm --op {} --dtype {} --arch {}", row.name, dtype_name(spec.dtype),
                          spec.target.name());

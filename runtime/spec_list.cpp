@@ -81,7 +81,8 @@ std::optional<KernelSpec> parse_codegen5_spec(llvm::StringRef line) {
   if (!spec) return std::nullopt;
   const std::string written =
       fmt::format("{} dtype={} hidden={} table_stride=0 vec=1 index={} target={}", name.str(),
-                  dtype_name(spec->dtype), shape == SpecShape::Channels ? spec->channels : keyed ? spec->key_tensors : 1,
+                  dtype_name(spec->dtype),
+                  shape == SpecShape::Channels ? spec->channels : keyed ? spec->key_tensors : 1,
                   index_type_name(spec->index), spec->target.name());
   if (written != line) return std::nullopt;
   return spec;

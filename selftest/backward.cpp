@@ -245,7 +245,8 @@ llvm::Expected<CaseOutcome> run_adaln_row_gather_backward_case(Runtime& runtime,
   const int64_t table_rows = 3 * c.timesteps;
   Generator gen{c.seed};
   const std::vector<uint8_t> grad = random_storage(gen, c.dtype, 6 * c.seq * c.hidden, /*specials=*/false);
-  std::vector<int64_t> ti(static_cast<size_t>(c.seq)), tags(static_cast<size_t>(c.seq)), keys(static_cast<size_t>(c.seq));
+  std::vector<int64_t> ti(static_cast<size_t>(c.seq)), tags(static_cast<size_t>(c.seq)),
+                       keys(static_cast<size_t>(c.seq));
   for (int64_t s = 0; s < c.seq; ++s) {
     ti[s] = s == c.bad_timestep ? c.timesteps : static_cast<int64_t>(gen.next() % static_cast<uint64_t>(c.timesteps));
     tags[s] = s == c.bad_tag ? 3 : static_cast<int64_t>(gen.next() % 3);
@@ -271,9 +272,11 @@ llvm::Expected<CaseOutcome> run_adaln_row_gather_backward_case(Runtime& runtime,
   const DLTensor t_rows32 = device_tensor(*d_rows32, 0, device_id, 2, rows_shape, nullptr, dl_dtype(DType::F32));
   const DLTensor t_ws = workspace_tensor(*d_ws, device_id, ws_shape);
 
-  std::vector<Output> outputs = {{"d_rows", &*d_rows, std::vector<uint8_t>(static_cast<size_t>(out_count) * elem), elem},
-                                 {"d_rows fp32", &*d_rows32, std::vector<uint8_t>(static_cast<size_t>(out_count) * 4), 4}};
-  adaln_row_gather_backward_model(c.dtype, c.dtype, grad.data(), keys, table_rows, c.hidden, outputs[0].expected.data());
+  std::vector<Output> outputs = {
+      {"d_rows", &*d_rows, std::vector<uint8_t>(static_cast<size_t>(out_count) * elem), elem},
+      {"d_rows fp32", &*d_rows32, std::vector<uint8_t>(static_cast<size_t>(out_count) * 4), 4}};
+  adaln_row_gather_backward_model(c.dtype, c.dtype, grad.data(), keys, table_rows, c.hidden,
+                                  outputs[0].expected.data());
   adaln_row_gather_backward_model(c.dtype, DType::F32, grad.data(), keys, table_rows, c.hidden,
                                   outputs[1].expected.data());
   const std::string error = c.bad_timestep >= 0 ? "adaln_row_gather_backward: timestep_indices["

@@ -136,7 +136,8 @@ llvm::Expected<CaseOutcome> run_adaln_row_gather_case(Runtime& runtime, int devi
 
   int64_t rows_shape[2] = {table_rows, 6 * c.hidden}, rows_strides[2] = {c.table_stride, 1};
   int64_t index_shape[1] = {c.seq}, out_shape[3] = {6, c.seq, c.hidden};
-  const DLTensor t_rows = device_tensor(*d_rows, shift * elem, device_id, 2, rows_shape, rows_strides, dl_dtype(c.dtype));
+  const DLTensor t_rows =
+      device_tensor(*d_rows, shift * elem, device_id, 2, rows_shape, rows_strides, dl_dtype(c.dtype));
   const DLTensor t_ti = device_tensor(*d_ti, 0, device_id, 1, index_shape, nullptr, dl_index(c.index));
   const DLTensor t_tags = device_tensor(*d_tags, 0, device_id, 1, index_shape, nullptr, dl_index(c.index));
   const DLTensor t_out = device_tensor(*d_out, shift * elem, device_id, 3, out_shape, nullptr, dl_dtype(c.dtype));
@@ -237,8 +238,8 @@ llvm::Expected<CaseOutcome> run_rms_norm_case(Runtime& runtime, int device_id, c
   judge(outcome, expected, actual, elem, c.bad_position >= 0 ? "rms_norm: index[" : "");
   if (rstd_off) {
     outcome.passed = false;
-    outcome.detail += fmt::format("{}{} rows have an rstd more than 4 ulp from the model's", outcome.detail.empty() ? "" : "; ",
-                                  rstd_off);
+    outcome.detail += fmt::format("{}{} rows have an rstd more than 4 ulp from the model's",
+                                  outcome.detail.empty() ? "" : "; ", rstd_off);
   }
   return outcome;
 }

@@ -107,7 +107,9 @@ DeviceBuffer* DeviceArena::upload(const std::vector<uint8_t>& host, size_t bytes
   return &buffers_.back();
 }
 
-DLDataType dl_index(IndexType type) { return DLDataType{kDLInt, static_cast<uint8_t>(type == IndexType::I32 ? 32 : 64), 1}; }
+DLDataType dl_index(IndexType type) {
+  return DLDataType{kDLInt, static_cast<uint8_t>(type == IndexType::I32 ? 32 : 64), 1};
+}
 
 DLDataType dl_dtype(DType dtype) {
   switch (dtype) {
@@ -140,7 +142,8 @@ void judge(CaseOutcome& outcome, const std::vector<uint8_t>& expected, const std
   }
   if (!bits_equal)
     outcome.detail += fmt::format("{}{} of {} elements differ from the host model (first at {})",
-                                  outcome.detail.empty() ? "" : "; ", outcome.mismatches, count, outcome.first_mismatch);
+                                  outcome.detail.empty() ? "" : "; ", outcome.mismatches, count,
+                                  outcome.first_mismatch);
 }
 
 

@@ -369,7 +369,8 @@ class _RmsNorm(torch.autograd.Function):
     def forward(ctx, x, weight, shift, scale, plan, index, eps):
         ctx.plan, ctx.eps = plan, eps
         if x.numel() == 0:  # an empty shard
-            out, rstd = torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty((0,), dtype=torch.float32)
+            out, rstd = (torch.empty_like(x, memory_format=torch.contiguous_format),
+                         x.new_empty((0,), dtype=torch.float32))
         else:
             out, rstd = default_runtime()._rms_norm(x, weight, eps, shift, scale, index, True)
         ctx.save_for_backward(x, weight, scale, index, rstd)

@@ -21,7 +21,9 @@ namespace {
 
 struct Cli {
   test::TempDir cache;
-  std::vector<std::string> env() const { return {"EXACTJIT_CACHE_DIR=" + cache.path(), "EXACTJIT_CACHE_PATH=", "EXACTJIT_OFFLINE="}; }
+  std::vector<std::string> env() const {
+    return {"EXACTJIT_CACHE_DIR=" + cache.path(), "EXACTJIT_CACHE_PATH=", "EXACTJIT_OFFLINE="};
+  }
   test::CommandResult run(const std::vector<std::string>& args, std::vector<std::string> extra = {}) const {
     std::vector<std::string> e = env();
     e.insert(e.end(), extra.begin(), extra.end());
@@ -82,7 +84,8 @@ TEST(Cli, PrewarmDefaultCatalogThenEverythingIsCached) {
   const auto first = cli.run({"prewarm", "--arch", "sm_90", "-j", "2"});
   ASSERT_EQ(first.exit_code, 0) << first.err;
   EXPECT_TRUE(std::regex_search(
-      first.out, std::regex(fmt::format("prewarm: {0} kernels: {0} compiled, 0 cached, 0 failed in [0-9.]+ s \\(-j 2\\)", n))))
+      first.out,
+      std::regex(fmt::format("prewarm: {0} kernels: {0} compiled, 0 cached, 0 failed in [0-9.]+ s \\(-j 2\\)", n))))
       << first.out;
   EXPECT_NE(first.err.find(fmt::format("[{0}/{0}]", n)), std::string::npos) << first.err;  // progress
   const auto second = cli.run({"prewarm", "--arch", "sm_90", "--quiet"});
@@ -298,10 +301,13 @@ TEST(Cli, InspectEmitsEveryView) {
   const auto scalar = with({"--vec", "1", "--index-type", "int32"});
   EXPECT_NE(scalar.out.find("#define XJ_ENTRY gate_residual_bf16_h5376_ts32256_v1_i32_sm90_"), std::string::npos);
   const auto options = with({"--emit", "options"});
-  EXPECT_EQ(options.out, "--gpu-architecture=sm_90\n--std=c++17\n--fmad=false\n--prec-div=true\n--prec-sqrt=true\n--ftz=false\n");
+  EXPECT_EQ(options.out,
+            "--gpu-architecture=sm_90\n--std=c++17\n--fmad=false\n--prec-div=true\n--prec-sqrt=true\n--ftz=false\n");
   const auto key = with({"--emit", "key"});
   EXPECT_EQ(key.exit_code, 0);
-  EXPECT_TRUE(std::regex_search(key.out, std::regex("source key:  [0-9a-f]{64}\ncompiler:    nvrtc-[0-9.]+-[0-9a-f]{8}\ncontent key: [0-9a-f]{64}")))
+  EXPECT_TRUE(std::regex_search(key.out, std::regex("source key:  [0-9a-f]{64}\n"
+                                                    "compiler:    nvrtc-[0-9.]+-[0-9a-f]{8}\n"
+                                                    "content key: [0-9a-f]{64}")))
       << key.out;
   const auto ptx = with({"--emit", "ptx"});
   EXPECT_EQ(ptx.exit_code, 0);
@@ -336,8 +342,9 @@ TEST(Cli, RefusesSizesTheOpDoesNotTake) {
   Cli cli;
   const auto linear = cli.run({"inspect", "--op", "det_linear_input_grad", "--hidden", "2688", "--emit", "key"});
   EXPECT_EQ(linear.exit_code, 2);
-  EXPECT_NE(linear.err.find("--hidden does not size det_linear_input_grad (its sizes: --in-features K --out-features N"),
-            std::string::npos)
+  EXPECT_NE(
+      linear.err.find("--hidden does not size det_linear_input_grad (its sizes: --in-features K --out-features N"),
+      std::string::npos)
       << linear.err;
   const auto sinusoid = cli.run({"inspect", "--op", "timestep_sinusoid", "--table-stride", "8", "--emit", "key"});
   EXPECT_EQ(sinusoid.exit_code, 2);
@@ -351,15 +358,16 @@ TEST(Cli, RefusesSizesTheOpDoesNotTake) {
 TEST(Cli, InspectPicksTheDetLinearBackwardRowTile) {
   Cli cli;
   auto source = [&](const char* op, std::vector<std::string> extra) {
-    std::vector<std::string> args = {"inspect", "--op", op, "--dtype", "bf16", "--in-features", "2688", "--out-features",
-                                     "10752", "--arch", "sm_90", "--emit", "source"};
+    std::vector<std::string> args = {"inspect", "--op", op, "--dtype", "bf16", "--in-features", "2688",
+                                     "--out-features", "10752", "--arch", "sm_90", "--emit", "source"};
     args.insert(args.end(), extra.begin(), extra.end());
     return cli.run(args);
   };
   // The input pass has a tile for T = 3 (the default rows); the weight grad takes 4 there.
   for (const auto& [rows, tile, weight_tile] :
        {std::tuple{"", 3, 4}, {"1", 1, 1}, {"2", 2, 2}, {"3", 3, 4}, {"5", 8, 8}, {"8", 8, 8}}) {
-    const std::vector<std::string> flags = *rows ? std::vector<std::string>{"--rows", rows} : std::vector<std::string>{};
+    const std::vector<std::string> flags =
+        *rows ? std::vector<std::string>{"--rows", rows} : std::vector<std::string>{};
     const auto result = source("det_linear_input_grad", flags);
     EXPECT_EQ(result.exit_code, 0) << result.err;
     EXPECT_NE(result.out.find(fmt::format("constexpr int kRowTile = {};", tile)), std::string::npos) << rows;
@@ -482,7 +490,8 @@ TEST(Cli, CacheIndexPinsTheLayerAndTheRuntimeHonoursIt) {
 
 TEST(Cli, CacheSubcommands) {
   Cli cli;
-  ASSERT_EQ(cli.run({"prewarm", "--op", "gate_residual", "--dtype", "fp16", "--arch", "sm_90", "--quiet"}).exit_code, 0);
+  ASSERT_EQ(
+      cli.run({"prewarm", "--op", "gate_residual", "--dtype", "fp16", "--arch", "sm_90", "--quiet"}).exit_code, 0);
   const auto ls = cli.run({"cache", "ls"});
   EXPECT_EQ(ls.exit_code, 0);
   EXPECT_EQ(std::count(ls.out.begin(), ls.out.end(), '\n'), 4) << ls.out;
@@ -706,7 +715,8 @@ TEST(Cli, SelftestWithoutGpuSaysSoAndFails) {
 
 TEST(Cli, BenchWithoutGpuSaysSoAndFails) {
   Cli cli;
-  const auto result = cli.run({"bench", "--out", cli.cache / "report"}, {"EXACTJIT_CUDA_LIBRARY=/nonexistent/libcuda.so.1"});
+  const auto result =
+      cli.run({"bench", "--out", cli.cache / "report"}, {"EXACTJIT_CUDA_LIBRARY=/nonexistent/libcuda.so.1"});
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.err.find("no CUDA driver or GPU here"), std::string::npos) << result.err;
   const auto help = cli.run({"bench", "--help"});

@@ -206,7 +206,8 @@ TEST(PtxAudit, BackwardKernelsFuseOnlyWhatTheyWrite) {
       const size_t rows = static_cast<size_t>(codegen::backward_row_unroll(spec));
       EXPECT_EQ(count(*ptx, kFloatFma), products * rows * per_row) << spec.describe();
       EXPECT_EQ(count(*ptx, std::regex("\\.(approx|ftz)")), 0u) << spec.describe();
-      EXPECT_EQ(count(*ptx, std::regex("\\b(atom|red)\\.[a-z.]*\\.f(16|32|64)")), 0u) << spec.describe();  // no float atomics
+      EXPECT_EQ(count(*ptx, std::regex("\\b(atom|red)\\.[a-z.]*\\.f(16|32|64)")), 0u)
+          << spec.describe();  // no float atomics
       EXPECT_EQ(count(*ptx, std::regex("\\b(ld|st)\\.local")), 0u) << spec.describe();
     }
   }

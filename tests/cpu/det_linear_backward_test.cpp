@@ -54,7 +54,8 @@ struct BackwardCall {
   explicit BackwardCall(int64_t t = 3, DLDataType g = kBF16, int64_t out = kBlockN)
       : rows(t), n(out), grad_dtype(g), grad{1 * GiB, {t, out}, g}, temb{2 * GiB, {t, kK}, kF32},
         weight{3 * GiB, {out, kK}, kBF16}, d_input{8 * GiB, {t, kK}, kF32}, d_weight{9 * GiB, {out, kK}, kBF16},
-        d_bias{10 * GiB, {out}, kBF16}, workspace{11 * GiB, {std::max<int64_t>(det_linear_backward_workspace(t, kK, out), 1)}, test::kU8} {}
+        d_bias{10 * GiB, {out}, kBF16},
+        workspace{11 * GiB, {std::max<int64_t>(det_linear_backward_workspace(t, kK, out), 1)}, test::kU8} {}
   DetLinearBackwardArgs args() {
     return {grad.t, nullptr, temb.t, weight.t, &d_input.t, &d_weight.t, &d_bias.t, &workspace.t, true};
   }
@@ -233,15 +234,15 @@ TEST(DetLinearBf16BackwardValidation, RejectsBadArguments) {
   {  // K not a multiple of 16
     FakeTensor grad{1 * GiB, {2, 64}, kBF16}, temb{2 * GiB, {2, 40}, kF32}, weight{3 * GiB, {64, 40}, kBF16};
     FakeTensor d_weight{9 * GiB, {64, 40}, kBF16};
-    const std::string error =
-        error_of(plan_det_linear_backward({grad.t, nullptr, temb.t, weight.t, nullptr, &d_weight.t, nullptr, nullptr, true}));
+    const std::string error = error_of(
+        plan_det_linear_backward({grad.t, nullptr, temb.t, weight.t, nullptr, &d_weight.t, nullptr, nullptr, true}));
     EXPECT_NE(error.find("multiple of 16"), std::string::npos) << error;
   }
   {  // an fp32 weight still takes only an fp32 gradient
     FakeTensor grad{1 * GiB, {2, 64}, kBF16}, x{2 * GiB, {2, 32}, kF32}, weight{3 * GiB, {64, 32}, kF32};
     FakeTensor d_weight{9 * GiB, {64, 32}, kF32};
-    const std::string error =
-        error_of(plan_det_linear_backward({grad.t, nullptr, x.t, weight.t, nullptr, &d_weight.t, nullptr, nullptr, false}));
+    const std::string error = error_of(
+        plan_det_linear_backward({grad.t, nullptr, x.t, weight.t, nullptr, &d_weight.t, nullptr, nullptr, false}));
     EXPECT_NE(error.find("grad"), std::string::npos) << error;
   }
 }
@@ -516,7 +517,8 @@ TEST(DetLinearBf16BackwardModel, MatchesLongDouble) {
     for (int64_t n = 0; n < p.N; ++n) {
       long double bias = 0;
       for (int64_t t = 0; t < p.T; ++t) bias += p.grad[t * p.N + n];
-      EXPECT_LE(std::fabs(widen(d_bias[n]) - static_cast<double>(bias)), std::fabs(static_cast<double>(bias)) / 256 + 1e-30);
+      EXPECT_LE(std::fabs(widen(d_bias[n]) - static_cast<double>(bias)),
+                std::fabs(static_cast<double>(bias)) / 256 + 1e-30);
       for (int64_t k = 0; k < p.K; ++k) {
         long double exact = 0, magnitude = 0;
         for (int64_t t = 0; t < p.T; ++t) {
@@ -525,7 +527,8 @@ TEST(DetLinearBf16BackwardModel, MatchesLongDouble) {
           const long double term = static_cast<long double>(p.grad[t * p.N + n]) * widen(bf16_bits(x));
           exact += term, magnitude += std::fabs(term);
         }
-        const double bound = std::fabs(static_cast<double>(exact)) / 256 + static_cast<double>(p.T * kUlp * magnitude) * 2 + 1e-30;
+        const double bound =
+            std::fabs(static_cast<double>(exact)) / 256 + static_cast<double>(p.T * kUlp * magnitude) * 2 + 1e-30;
         EXPECT_LE(std::fabs(widen(d_weight[n * p.K + k]) - static_cast<double>(exact)), bound) << n << " " << k;
       }
     }

@@ -213,7 +213,8 @@ TEST(DetLinearTensorParallel, FoldRefusesBrokenArgumentsByName) {
   {
     FoldCall call(378, 3, kK);
     call.partials.shape[1] = 2;  // another T than x's
-    EXPECT_EQ(message(call), "det_linear_input_fold: partials must be (378, 3, 2688) in fp32 (got (378, 2, 2688) fp32)");
+    EXPECT_EQ(message(call),
+              "det_linear_input_fold: partials must be (378, 3, 2688) in fp32 (got (378, 2, 2688) fp32)");
   }
   {
     FoldCall call(378, 3, kK);
@@ -232,7 +233,8 @@ TEST(DetLinearTensorParallel, FoldRefusesBrokenArgumentsByName) {
   {
     FoldCall call(378, 3, kK);
     call.partials.t.dtype = kBF16;
-    EXPECT_EQ(message(call), "det_linear_input_fold: partials must be (378, 3, 2688) in fp32 (got (378, 3, 2688) bf16)");
+    EXPECT_EQ(message(call),
+              "det_linear_input_fold: partials must be (378, 3, 2688) in fp32 (got (378, 3, 2688) bf16)");
   }
   {
     FoldCall call(378, 3, kK);

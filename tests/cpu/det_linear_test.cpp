@@ -104,7 +104,8 @@ TEST(DetLinearPtx, Bf16UsesTheBf16MmaOn16ByteLoadsAndFusesNothing) {
       EXPECT_EQ(count(ptx, "\\bmma\\."), 2 * copies);
       // Weights: two 16-byte loads per chunk (features g and g + 8), for the prefetch and the refills.
       EXPECT_EQ(count(ptx, "ld\\.global\\.nc\\.L1::no_allocate\\.v4\\.u32"), 2 * 2 * static_cast<size_t>(g.depth)) << N;
-      EXPECT_EQ(count(ptx, "ld\\.global(\\.nc)?(\\.L1::no_allocate)?(\\.v2)?\\.[ub]32\\s"), 0u) << "narrow weight loads";
+      EXPECT_EQ(count(ptx, "ld\\.global(\\.nc)?(\\.L1::no_allocate)?(\\.v2)?\\.[ub]32\\s"), 0u)
+          << "narrow weight loads";
       EXPECT_EQ(count(ptx, "ld\\.shared\\.v4\\.u32"), copies) << "one 16-byte x load per chunk";
       EXPECT_EQ(count(ptx, "bar\\.sync"), 1u) << "x staged once";
       EXPECT_EQ(count(ptx, "cp\\.async"), 0u);
@@ -150,8 +151,9 @@ TEST(DetLinearPtx, Bf16OnSm90StreamsTheWeightsByBulkCopies) {
 TEST(DetLinearSpec, PrewarmCommandNamesTheShape) {
   KernelSpec spec = det_linear_spec(DType::BF16, 1152, 6 * 1152, false);
   spec.target = Target{90, false};
-  EXPECT_EQ(prewarm_command(spec), "exactjit prewarm --op det_linear --dtype bf16 --in-features 1152 --out-features 6912 "
-                                   "--activation none --arch sm_90");
+  EXPECT_EQ(prewarm_command(spec),
+            "exactjit prewarm --op det_linear --dtype bf16 --in-features 1152 --out-features 6912 "
+            "--activation none --arch sm_90");
 }
 
 TEST(DetLinearSpec, Bf16NeedsSm80) {
@@ -201,7 +203,8 @@ TEST(DetLinearValidation, PlansTheAdalnProjection) {
             0u);
   // An H200: one persistent block of 8 warps per SM, x (8 rows of 340 16-byte vectors) and 8 rings
   // of 2 slots of 16 x 704 bytes with their barriers in dynamic shared memory.
-  auto h200 = plan_det_linear({call.x.t, call.weight.t, &call.bias.t, call.out.t, nullptr, true}, DeviceTraits{90, 132});
+  auto h200 =
+      plan_det_linear({call.x.t, call.weight.t, &call.bias.t, call.out.t, nullptr, true}, DeviceTraits{90, 132});
   ASSERT_TRUE(static_cast<bool>(h200)) << llvm::toString(h200.takeError());
   EXPECT_EQ(h200->grid, 132u);
   EXPECT_EQ(h200->threads, 256u);
@@ -225,7 +228,8 @@ TEST(DetLinearValidation, PlansTheOtherCatalogShapes) {
     EXPECT_EQ(plan->grid, static_cast<uint32_t>(2 * 5376 / 64));
     EXPECT_EQ(plan->threads, 128u);
     // On an H200 its 672 tasks take one warp each: 6-warp blocks on 112 SMs.
-    auto h200 = plan_det_linear({call.x.t, call.weight.t, &call.bias.t, call.out.t, nullptr, true}, DeviceTraits{90, 132});
+    auto h200 =
+        plan_det_linear({call.x.t, call.weight.t, &call.bias.t, call.out.t, nullptr, true}, DeviceTraits{90, 132});
     ASSERT_TRUE(static_cast<bool>(h200)) << llvm::toString(h200.takeError());
     EXPECT_EQ(h200->grid, 112u);
     EXPECT_EQ(h200->threads, 192u);
@@ -364,9 +368,11 @@ TEST(DetLinearBackwardValidation, PlansInputFoldAndWeightChains) {
   EXPECT_EQ(sequence->steps[0].grid_y, 2688u / 64u);
   EXPECT_EQ(sequence->steps[1].spec.op, Op::SegmentFold);
   EXPECT_EQ(sequence->steps[2].spec.op, Op::DetLinearWeightGrad);
-  auto silu_without_pre = plan_det_linear_backward({grad.t, nullptr, x.t, w.t, &d_input.t, nullptr, nullptr, &workspace.t, true});
+  auto silu_without_pre =
+      plan_det_linear_backward({grad.t, nullptr, x.t, w.t, &d_input.t, nullptr, nullptr, &workspace.t, true});
   ASSERT_FALSE(static_cast<bool>(silu_without_pre));
-  EXPECT_NE(llvm::toString(silu_without_pre.takeError()).find("pre_activation is required with silu"), std::string::npos);
+  EXPECT_NE(llvm::toString(silu_without_pre.takeError()).find("pre_activation is required with silu"),
+            std::string::npos);
 }
 
 // Each gradient within its order's bound of the long-double value (u = 2^-24, S = the sum of the

@@ -28,7 +28,8 @@ namespace exactjit {
 namespace {
 
 KernelSource bf16_source(int64_t stride = 6 * kDefaultHidden) {
-  return codegen::render(spec_family(Op::GateResidual, rows_sizes(DType::BF16, kDefaultHidden, stride), Target{90, false}).front());
+  return codegen::render(
+      spec_family(Op::GateResidual, rows_sizes(DType::BF16, kDefaultHidden, stride), Target{90, false}).front());
 }
 
 CacheConfig writable(const std::string& dir) {
@@ -110,10 +111,17 @@ INSTANTIATE_TEST_SUITE_P(
     Faults, DiskCacheFault,
     ::testing::Values(
         Fault{"FlippedCubinByte", "kernel.cubin",
-              [](const std::string& p) { std::string s = test::read_text(p); s[s.size() / 2] ^= 0x40; test::write_text(p, s); },
+              [](const std::string& p) {
+                std::string s = test::read_text(p);
+                s[s.size() / 2] ^= 0x40;
+                test::write_text(p, s);
+              },
               "does not match its SHA-256"},
         Fault{"TruncatedCubin", "kernel.cubin",
-              [](const std::string& p) { std::string s = test::read_text(p); test::write_text(p, s.substr(0, s.size() / 3)); },
+              [](const std::string& p) {
+                std::string s = test::read_text(p);
+                test::write_text(p, s.substr(0, s.size() / 3));
+              },
               "truncated"},
         Fault{"EmptyCubin", "kernel.cubin", [](const std::string& p) { test::write_text(p, ""); }, "truncated"},
         Fault{"MissingCubin", "kernel.cubin", [](const std::string& p) { llvm::sys::fs::remove(p); }, "cannot read"},
@@ -145,7 +153,9 @@ INSTANTIATE_TEST_SUITE_P(
               "more than the 268435456 allowed"},
         // A writer of the layer replaces kernel.cu and its hashes together: still not the spec's source.
         Fault{"ForgedSourceWithMatchingManifest", "kernel.cu",
-              [](const std::string& p) { test::forge_source(p.substr(0, p.rfind('/')), test::read_text(p) + "// forged\n"); },
+              [](const std::string& p) {
+                test::forge_source(p.substr(0, p.rfind('/')), test::read_text(p) + "// forged\n");
+              },
               "differs from the source exactjit renders"},
         Fault{"ForgedEntryPoint", "manifest.json",
               [](const std::string& p) {
@@ -248,7 +258,8 @@ TEST(DiskCache, PruneBySizeAndAgeAndPolicyErrors) {
 TEST(DiskCache, VirtualTargetEntriesHoldPtx) {
   test::TempDir dir;
   const KernelSource ptx_source = codegen::render(
-      spec_family(Op::GateResidual, rows_sizes(DType::BF16, kDefaultHidden, 6 * kDefaultHidden), Target{90, true}).front());
+      spec_family(Op::GateResidual, rows_sizes(DType::BF16, kDefaultHidden, 6 * kDefaultHidden), Target{90, true})
+          .front());
   const std::string folder = publish_one(dir.path(), ptx_source);
   EXPECT_TRUE(llvm::sys::fs::exists(folder + "/kernel.ptx"));
   EXPECT_FALSE(llvm::sys::fs::exists(folder + "/kernel.cubin"));
@@ -350,7 +361,8 @@ TEST(DiskCachePinnedIndex, OnlyListedImagesOfReadOnlyLayersAreServed) {
     EXPECT_TRUE(collected.problems.empty());
   }
   // A forged image with a matching manifest: accepted without the pin, refused with it.
-  test::forge_image(entry, test::read_text(publish_one(outside.path(), bf16_source(2 * kDefaultHidden)) + "/kernel.cubin"));
+  test::forge_image(entry,
+                    test::read_text(publish_one(outside.path(), bf16_source(2 * kDefaultHidden)) + "/kernel.cubin"));
   CacheConfig unpinned = config;
   unpinned.pinned_index.clear();
   unpinned.writable_dir.clear();
@@ -436,7 +448,10 @@ TEST(DiskCacheFuzz, MutatedManifestsAndIndexesAreReportedNeverFatal) {
         case 0: if (!m.empty()) m[at % m.size()] ^= static_cast<char>(1 << (rng() % 8)); break;
         case 1: m.insert(at, std::string(1 + rng() % 200, "[{\"]},:"[rng() % 7])); break;
         case 2: m.resize(at); break;
-        case 3: { const size_t line = m.find('\n', at); if (line != std::string::npos) m.insert(line, m.substr(at, line - at)); } break;
+        case 3: {
+          const size_t line = m.find('\n', at);
+          if (line != std::string::npos) m.insert(line, m.substr(at, line - at));
+        } break;
         case 4: m.insert(at, "\"image_bytes\": " + std::to_string(static_cast<int64_t>(rng()))); break;
         case 5: m.insert(at, "\"entry\": \"x\","); break;
       }

@@ -191,8 +191,8 @@ TEST_F(DispatchTest, TheCAbiNamesTheNullArgument) {
   EXPECT_EQ(xj_gate_residual(runtime, &call.residual.t, &call.gate.t, &call.index.t, nullptr, &call.out.t, nullptr),
             XJ_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(xj_last_error(), "gate_residual: y must not be NULL");
-  EXPECT_EQ(xj_rms_norm_backward(runtime, &call.y.t, &call.residual.t, nullptr, nullptr, nullptr, nullptr, 1e-5, nullptr,
-                                 nullptr, nullptr, nullptr, nullptr, nullptr),
+  EXPECT_EQ(xj_rms_norm_backward(runtime, &call.y.t, &call.residual.t, nullptr, nullptr, nullptr, nullptr, 1e-5,
+                                 nullptr, nullptr, nullptr, nullptr, nullptr, nullptr),
             XJ_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(xj_last_error(), "rms_norm_backward: rstd must not be NULL");
   EXPECT_EQ(call.run(static_cast<xj_runtime*>(nullptr)), XJ_ERROR_INVALID_ARGUMENT);
@@ -255,7 +255,8 @@ TEST_F(DispatchTest, ADeviceOlderThanTheKernelNeedsIsTheRuleNotACompileError) {
   status =
       runtime.launch(plan_det_linear({x.t, w.t, nullptr, out.t, nullptr, false}, runtime.traits(x.t.device)), nullptr);
   EXPECT_EQ(status.code(), XJ_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(status.message().find("needs sm_80 or newer (bf16 tensor-core mma; the target is sm_75)"), std::string::npos)
+  EXPECT_NE(status.message().find("needs sm_80 or newer (bf16 tensor-core mma; the target is sm_75)"),
+            std::string::npos)
       << status.message();
   EXPECT_TRUE(call.run(runtime).ok()) << "gate_residual runs on sm_75";
 }
@@ -395,7 +396,8 @@ TEST_F(DispatchTest, APendingReportIsTakenWithoutASyncOnItsStreamOnly) {
   EXPECT_FALSE(static_cast<bool>(records->take_pending(kStreamB)));
   const ErrorReport report = take_error(records->take_pending(kStreamA));
   EXPECT_EQ(report.code, ErrorCode::BadIndex);
-  EXPECT_EQ(report.message, "gate_residual: index[7] = 12 is out of range [0, 9); the rows that use it were not written");
+  EXPECT_EQ(report.message,
+            "gate_residual: index[7] = 12 is out of range [0, 9); the rows that use it were not written");
   EXPECT_EQ(fake_cuda().calls("cuStreamSynchronize"), syncs);
   EXPECT_FALSE(static_cast<bool>(records->take_pending(kStreamA)));  // taken once
 
@@ -431,7 +433,8 @@ TEST_F(DispatchTest, AnOpCallFailsOnABadIndexPendingOnItsStreamAndLaunchesNothin
   const long syncs = fake_cuda().calls("cuStreamSynchronize");
   const Status failed = run_on(kStreamA);
   EXPECT_EQ(failed.code(), XJ_ERROR_BAD_INDEX);
-  EXPECT_EQ(failed.message(), "gate_residual: index[3] = -1 is out of range [0, 9); the rows that use it were not written");
+  EXPECT_EQ(failed.message(),
+            "gate_residual: index[3] = -1 is out of range [0, 9); the rows that use it were not written");
   EXPECT_EQ(fake_cuda().calls("cuLaunchKernel"), launches);  // the failing call launched nothing
   EXPECT_EQ(fake_cuda().calls("cuStreamSynchronize"), syncs);
   EXPECT_TRUE(run_on(kStreamA).ok());  // reported once; the stream is usable again
@@ -452,7 +455,8 @@ TEST_F(DispatchTest, TheCAbiReportsAPendingBadIndex) {
   report_as_a_kernel_would(&mirrors[0], Op::AdalnRowGather, 5, 40, 9);
   EXPECT_EQ(call.run(runtime), XJ_ERROR_BAD_INDEX);
   EXPECT_STREQ(xj_last_error(),
-               "adaln_row_gather: timestep_indices[5] = 40 is out of range [0, 9); the rows that use it were not written");
+               "adaln_row_gather: timestep_indices[5] = 40 is out of range [0, 9); "
+               "the rows that use it were not written");
   EXPECT_EQ(call.run(runtime), XJ_OK);
   xj_runtime_destroy(runtime);
 }

@@ -122,9 +122,11 @@ TEST(GateResidualRmsNormValidation, RefusesEachRuleInItsOwnTerms) {
        [](ForwardCall& c) { c.gate.strides[0] = 6 * H + 2; }},
       {"gate_residual_rms_norm: shift must have the gate's 9 rows and row stride 32256",
        [](ForwardCall& c) { c.shift.strides[0] = c.scale.strides[0] = 2 * H; }},
-      {"gate_residual_rms_norm: out must not overlap residual", [](ForwardCall& c) { c.out.t.data = c.residual.t.data; }},
+      {"gate_residual_rms_norm: out must not overlap residual",
+       [](ForwardCall& c) { c.out.t.data = c.residual.t.data; }},
       {"gate_residual_rms_norm: h must not overlap y", [](ForwardCall& c) { c.h.t.data = c.y.t.data; }},
-      {"gate_residual_rms_norm: rstd must not overlap residual", [](ForwardCall& c) { c.rstd.t.data = c.residual.t.data; }},
+      {"gate_residual_rms_norm: rstd must not overlap residual",
+       [](ForwardCall& c) { c.rstd.t.data = c.residual.t.data; }},
   };
   for (const Case& c : cases) {
     ForwardCall call;
@@ -225,7 +227,8 @@ TEST(GateResidualRmsNormBackwardValidation, TheOnePassKernelFormsTheGatePartToo)
   ASSERT_EQ(ops_of(*sequence), gated);
   const LaunchPlan& pass = sequence->steps[3];
   const SegmentLayout layout = segment_layout(14, 7, 9);
-  const uint64_t second = 16 * GiB + static_cast<uint64_t>((rms_norm_backward_workspace(14, 7, 9, H, true) + 255) / 256 * 256);
+  const uint64_t second =
+      16 * GiB + static_cast<uint64_t>((rms_norm_backward_workspace(14, 7, 9, H, true) + 255) / 256 * 256);
   const uint64_t gate_partials = second + static_cast<uint64_t>(layout.end);
   EXPECT_EQ(pass.grid, static_cast<uint32_t>(layout.max_tiles));
   EXPECT_EQ(pass.threads, 128u + 672u + 32u);

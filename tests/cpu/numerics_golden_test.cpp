@@ -142,7 +142,8 @@ template <typename Bits> void check_rms_norm(DType dtype, int64_t hidden) {
   const char* weight = x + c.count * sizeof(Bits);
   const char* scale = weight + hidden * sizeof(Bits);
   const char* shift = scale + c.count * sizeof(Bits);
-  const char* outputs[3] = {c.out.data(), c.out.data() + c.count * sizeof(Bits), c.out.data() + 2 * c.count * sizeof(Bits)};
+  const char* outputs[3] = {c.out.data(), c.out.data() + c.count * sizeof(Bits),
+                            c.out.data() + 2 * c.count * sizeof(Bits)};
   const size_t row_bytes = static_cast<size_t>(hidden) * sizeof(Bits);
   std::vector<char> got(row_bytes);
   for (int64_t r = 0; r < rows; ++r) {
@@ -153,7 +154,8 @@ template <typename Bits> void check_rms_norm(DType dtype, int64_t hidden) {
     bool found = false;
     for (int k = 0; k <= 8 && !found; ++k, candidate = std::nextafter(candidate, INFINITY)) {
       found = true;
-      const void* forms[3][3] = {{weight, nullptr, nullptr}, {nullptr, nullptr, nullptr}, {nullptr, shift + at, scale + at}};
+      const void* forms[3][3] = {
+          {weight, nullptr, nullptr}, {nullptr, nullptr, nullptr}, {nullptr, shift + at, scale + at}};
       for (int f = 0; f < 3 && found; ++f) {
         rms_norm_row_model(dtype, x + at, forms[f][0], forms[f][1], forms[f][2], hidden, candidate, got.data());
         found = std::memcmp(got.data(), outputs[f] + at, row_bytes) == 0;

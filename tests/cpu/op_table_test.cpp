@@ -141,7 +141,8 @@ TEST(OpTable, ValidateSpecReportsTheRowsRule) {
   EXPECT_EQ(op_row(spec.op).rule(spec).subject, RuleSubject::Spec);
   llvm::Error error = validate_spec(spec);
   ASSERT_TRUE(static_cast<bool>(error));
-  EXPECT_NE(llvm::toString(std::move(error)).find(spec.describe() + ": parameter-gradient tiles own"), std::string::npos);
+  EXPECT_NE(llvm::toString(std::move(error)).find(spec.describe() + ": parameter-gradient tiles own"),
+            std::string::npos);
   spec.vec = 4;
   spec.target.sm = 70;
   error = validate_spec(spec);
@@ -176,7 +177,8 @@ TEST(OpTable, EachShapeNamesItsOwnSizes) {
   count.key_tensors = 3;
   EXPECT_NE(llvm::toString(validate_spec(count)).find("combines 1 or 2 index tensors"), std::string::npos);
 
-  const KernelSpec linear = spec_family(Op::DetLinear, linear_sizes(DType::BF16, 2688, 10752), Target{90, false}).front();
+  const KernelSpec linear =
+      spec_family(Op::DetLinear, linear_sizes(DType::BF16, 2688, 10752), Target{90, false}).front();
   EXPECT_EQ(linear.in_features, 2688);
   EXPECT_EQ(linear.hidden, 0);
   EXPECT_EQ(linear.table_stride, 0);
@@ -215,7 +217,8 @@ TEST(OpTable, AnOpIsNamedOnlyInItsFilesAndTheTable) {
       std::smatch match;
       EXPECT_FALSE(std::regex_search(text, match, names_an_op)) << entry.path() << " names " << match.str();
       for (const std::string& header : op_headers)
-        EXPECT_EQ(text.find("#include \"" + header + "\""), std::string::npos) << entry.path() << " includes " << header;
+        EXPECT_EQ(text.find("#include \"" + header + "\""), std::string::npos)
+            << entry.path() << " includes " << header;
     }
 
   const std::string header = text_of(root / "include/exactjit/exactjit.h");

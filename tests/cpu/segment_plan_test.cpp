@@ -351,7 +351,8 @@ TEST(RmsNormBackwardValidation, OnePassWhereTheDeviceAndTheCallAllowIt) {
   const std::vector<OpCode> two_kernels = {Op::SegmentCount, Op::SegmentScan, Op::SegmentScatter,
                                            Op::RmsNormBackward, Op::RmsNormTableGrad, Op::SegmentFold,
                                            Op::SegmentFold,  Op::SegmentFold};
-  for (DeviceTraits device : {DeviceTraits{}, DeviceTraits{80, 50}, DeviceTraits{100, 50}, DeviceTraits{90, 52}, DeviceTraits{90, 132}}) {
+  for (DeviceTraits device :
+       {DeviceTraits{}, DeviceTraits{80, 50}, DeviceTraits{100, 50}, DeviceTraits{90, 52}, DeviceTraits{90, 132}}) {
     auto sequence = plan(device);  // unknown, not sm_90, 25 tiles for 52 or 132 SMs
     ASSERT_TRUE(static_cast<bool>(sequence)) << llvm::toString(sequence.takeError());
     EXPECT_EQ(ops_of(*sequence), two_kernels) << device.sm << " " << device.multiprocessors;
@@ -432,7 +433,8 @@ TEST(RmsNormBackwardValidation, TilePartialsGoToTheCallersTensorsUnfolded) {
   EXPECT_EQ(tiles, 16 + 9);
   EXPECT_EQ(rms_norm_backward_partial_tiles(kS, kS, 0), 16);
   EXPECT_EQ(rms_norm_backward_partial_tiles(kS, 7, 9), -1);
-  FakeTensor shift_p{6 * GiB, {tiles, H}, kF32}, scale_p{7 * GiB, {tiles, H}, kF32}, weight_p{8 * GiB, {tiles, H}, kF32};
+  FakeTensor shift_p{6 * GiB, {tiles, H}, kF32}, scale_p{7 * GiB, {tiles, H}, kF32},
+             weight_p{8 * GiB, {tiles, H}, kF32};
   FakeTensor workspace{9 * GiB, {rms_norm_backward_workspace(kS, kS, 9, H, true)}, kU8};
   auto plan = [&](const RmsNormTilePartials& partials, const DLTensor* scale_t, const DLTensor* weight_t,
                   const DLTensor* dx = nullptr) {
@@ -473,7 +475,8 @@ TEST(RmsNormBackwardValidation, TilePartialsGoToTheCallersTensorsUnfolded) {
             "rms_norm_backward: shift_partials must be (P, 5376) float32 contiguous with P >= 25 tiles (got fp32 "
             "(24, 5376))");
   FakeTensor bf16_p{6 * GiB, {tiles, H}, kBF16};
-  EXPECT_NE(message_of(plan({nullptr, &bf16_p.t, nullptr}, &scale.t, &weight.t)).find("scale_partials must be (P, 5376) float32"),
+  EXPECT_NE(message_of(plan({nullptr, &bf16_p.t, nullptr}, &scale.t, &weight.t))
+                .find("scale_partials must be (P, 5376) float32"),
             std::string::npos);
   EXPECT_NE(message_of(plan({&shift_p.t, &shift_p.t, nullptr}, &scale.t, &weight.t)).find("must not overlap"),
             std::string::npos);

@@ -234,7 +234,8 @@ TEST(SequenceParallelPlan, RefusesBrokenLayoutsByRule) {
     return plan ? std::string("accepted") : take_error(plan.takeError()).message;
   };
   EXPECT_EQ(message(keys, 2, 1, {0, 2, 4}), "accepted");
-  EXPECT_EQ(message(keys, 2, 1, {0, 2, 3}), "sequence_parallel_plan: shard_start must run from 0 to S = 4 over >= 1 ranks");
+  EXPECT_EQ(message(keys, 2, 1, {0, 2, 3}),
+            "sequence_parallel_plan: shard_start must run from 0 to S = 4 over >= 1 ranks");
   EXPECT_EQ(message(keys, 2, 1, {0, 3, 2, 4}),
             "sequence_parallel_plan: shard_start must be non-decreasing (a rank's shard may be empty)");
   EXPECT_EQ(message(keys, 1, 1, {0, 4}), "sequence_parallel_plan: keys[1] must be in [-1, 1) (got 1)");

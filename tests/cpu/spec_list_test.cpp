@@ -21,7 +21,8 @@ std::vector<KernelSpec> some_specs() {
   std::vector<KernelSpec> specs;
   for (DType dtype : {DType::BF16, DType::F16, DType::F32})
     for (int64_t hidden : {64, 128, 256, 512, 1024, 2048})
-      for (const KernelSpec& spec : spec_family(Op::GateResidual, rows_sizes(dtype, hidden, 2 * hidden), Target{90, false}))
+      for (const KernelSpec& spec :
+           spec_family(Op::GateResidual, rows_sizes(dtype, hidden, 2 * hidden), Target{90, false}))
         specs.push_back(spec);
   return specs;  // 72 specs
 }

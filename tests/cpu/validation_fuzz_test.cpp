@@ -66,7 +66,8 @@ TEST(ValidationFuzz, PlannersNeverCrashOnGarbage) {
               {&t[0].get(), &t[1].get(), &t[2].get(), &t[3].get()});
         break;
       case 2:
-        count(plan_rms_norm({t[0].get(), m[1], m[2], m[3], m[4], t[5].get(), m[6], static_cast<double>(rng() % 3) * 1e-5}),
+        count(plan_rms_norm(
+                  {t[0].get(), m[1], m[2], m[3], m[4], t[5].get(), m[6], static_cast<double>(rng() % 3) * 1e-5}),
               i, {&t[0].get(), m[1], m[2], m[3], m[4], &t[5].get(), m[6]});
         break;
       case 3:

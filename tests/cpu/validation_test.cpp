@@ -138,12 +138,22 @@ TEST(GateResidualValidation, RefusesEachBrokenRuleByName) {
       {"gate must be (R, 5376)", [](Call& c) { c.gate.shape[1] = 5375; }},
       {"gate must have unit column stride", [](Call& c) { c.gate.strides[1] = 2; }},
       {"gate row stride must be >= H", [](Call& c) { c.gate.strides[0] = H - 8; }},
-      {"index length S = 5 must divide", [](Call& c) { c.index.shape[0] = 5; for (FakeTensor* t : {&c.residual, &c.y, &c.out}) { t->shape = {14, H}; t->t.ndim = 2; t->t.shape = t->shape.data(); } }},
+      {"index length S = 5 must divide",
+       [](Call& c) {
+         c.index.shape[0] = 5;
+         for (FakeTensor* t : {&c.residual, &c.y, &c.out}) {
+           t->shape = {14, H};
+           t->t.ndim = 2;
+           t->t.shape = t->shape.data();
+         }
+       }},
       {"index length 14 must equal residual's S dimension 7", [](Call& c) { c.index.shape[0] = 14; }},
       {"index must be (S,) with S >= 1", [](Call& c) { c.index.shape[0] = 0; }},
-      {"residual must be contiguous", [](Call& c) { c.residual.strides = {7 * H, H, 2}; c.residual.t.strides = c.residual.strides.data(); }},
+      {"residual must be contiguous",
+       [](Call& c) { c.residual.strides = {7 * H, H, 2}; c.residual.t.strides = c.residual.strides.data(); }},
       {"out must not overlap gate", [](Call& c) { c.out.t.data = reinterpret_cast<void*>(2 * GiB); }},
-      {"out must be residual itself or not overlap it", [](Call& c) { c.out.t.byte_offset = 2 * H * 2; c.out.t.data = c.residual.t.data; }},
+      {"out must be residual itself or not overlap it",
+       [](Call& c) { c.out.t.byte_offset = 2 * H * 2; c.out.t.data = c.residual.t.data; }},
       {"y must be aligned to its element size", [](Call& c) { c.y.t.byte_offset = 1; }},
       {"index has a null data pointer", [](Call& c) { c.index.t.data = nullptr; }},
   };

@@ -91,7 +91,8 @@ def main():
         for scale in (1.0, 1e-3, 30.0):
             cols.append((torch.randn(3, m // 4, generator=gen) * scale))
         rnd = torch.cat(cols, dim=1)
-        specials = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-40, -1e-42, 65504.0, 3.0e38, 1e-8])
+        specials = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-40, -1e-42, 65504.0,
+                                 3.0e38, 1e-8])
         grid = torch.cartesian_prod(specials, specials, specials).t()
         trip = torch.cat([rnd, grid], dim=1).to(dtype)
         residual, gate, y = (trip[k].to(dev) for k in range(3))

@@ -90,7 +90,8 @@ class Suite:
                 json.dump(dict(meta=meta, cases=self.rows), f, indent=1)
         if self.args.report:
             with open(self.args.report, "w") as f:
-                f.write(f"# det_linear through autograd\n\n{json.dumps(meta)}\n\n| case | ok | detail |\n|---|---|---|\n")
+                f.write(f"# det_linear through autograd\n\n{json.dumps(meta)}\n\n"
+                        "| case | ok | detail |\n|---|---|---|\n")
                 for r in self.rows:
                     f.write(f"| {r['case']} | {'yes' if r['ok'] else '**NO**'} | {r['detail']} |\n")
 
@@ -242,7 +243,8 @@ def chain_group(suite, xj, gen, hidden, rows_list):
 
             def run_ref(dtype):
                 ins = [leaf(t.to(dtype))] + [leaf(p.to(dtype)) for p in params] + [
-                    leaf(w.to(dtype) if dtype == torch.float64 else w), leaf(b.to(dtype) if dtype == torch.float64 else b)]
+                    leaf(w.to(dtype) if dtype == torch.float64 else w),
+                    leaf(b.to(dtype) if dtype == torch.float64 else b)]
                 temb = mlp_eager(sinusoid_eager(ins[0], C, True, 0, 1.0, 10000, dtype=dtype), *ins[1:5])
                 table = (proj_ref(temb, ins[5], ins[6], True) if dtype == torch.float64
                          else proj_eager(temb, ins[5], ins[6], True))

@@ -97,7 +97,8 @@ class Gpu : public ::testing::Test {
         EXPECT_EQ(0, std::memcmp(part_pre.data(), full_pre.data(), part_pre.size() * 4)) << name << " T=" << rows;
       }
       if (dtype == DType::F32) {
-        EXPECT_EQ(0, std::memcmp(model.data(), full_pre.data(), model.size() * 4)) << name << ": pre-activation vs the host model";
+        EXPECT_EQ(0, std::memcmp(model.data(), full_pre.data(), model.size() * 4))
+            << name << ": pre-activation vs the host model";
         if (!silu) {
           EXPECT_EQ(0, std::memcmp(model.data(), full.data(), model.size() * 4)) << name;
         }
@@ -113,7 +114,8 @@ class Gpu : public ::testing::Test {
               ref += term;
               magnitude += std::fabs(term);
             }
-            off += !(std::fabs(static_cast<double>(ref) - full_pre[t * N + n]) <= 256 * 0x1p-24 * static_cast<double>(magnitude));
+            off += !(std::fabs(static_cast<double>(ref) - full_pre[t * N + n]) <=
+                     256 * 0x1p-24 * static_cast<double>(magnitude));
           }
         EXPECT_EQ(off, 0) << name << ": bf16 pre-activations far from the fp64 reference";
       }
@@ -121,7 +123,8 @@ class Gpu : public ::testing::Test {
   }
   // The bf16 forward on this GPU's bulk-copy kernel and on the register kernel (`registers`, a
   // runtime compiling PTX for compute_80) give the same bits for each row count (at most 11).
-  void check_bulk_matches_registers(Runtime& registers, int64_t K, int64_t N, std::initializer_list<int64_t> rows_list) {
+  void check_bulk_matches_registers(Runtime& registers, int64_t K, int64_t N,
+                                    std::initializer_list<int64_t> rows_list) {
     using namespace selftest;
     const int64_t T = 11;
     ASSERT_TRUE(det_linear_geometry(DType::BF16, K, N, 90).bulk);
@@ -447,7 +450,9 @@ TEST_F(Gpu, GateResidualRmsNormEqualsItsTwoOpsBitwise) {
         int64_t grad_shape[2] = {R, hidden};
         const DLDataType dt = dl_dtype(dtype);
         auto act_tensor = [&](DeviceBuffer* b) { return device_tensor(*b, 0, 0, 3, act_shape, nullptr, dt); };
-        auto chunk = [&](int c) { return device_tensor(*d_table, c * hidden * elem, 0, 2, table_shape, table_strides, dt); };
+        auto chunk = [&](int c) {
+          return device_tensor(*d_table, c * hidden * elem, 0, 2, table_shape, table_strides, dt);
+        };
         auto grad_tensor = [&](DeviceBuffer* b, int k) {  // d_gate, d_shift, d_scale, then d_weight
           return device_tensor(*b, static_cast<uint64_t>(k * R * hidden) * elem, 0, 2, grad_shape, nullptr, dt);
         };
@@ -505,7 +510,8 @@ TEST_F(Gpu, GateResidualRmsNormEqualsItsTwoOpsBitwise) {
         ASSERT_TRUE(runtime().synchronize(0, nullptr).ok());
         const int64_t norm_ws = rms_norm_backward_workspace(rows, seq, modulated ? R : 0, hidden, weighted);
         int64_t norm_ws_shape[1] = {std::max<int64_t>(norm_ws, 1)};
-        const DLTensor norm_workspace = device_tensor(*d_ws, 0, 0, 1, norm_ws_shape, nullptr, DLDataType{kDLUInt, 8, 1});
+        const DLTensor norm_workspace =
+            device_tensor(*d_ws, 0, 0, 1, norm_ws_shape, nullptr, DLDataType{kDLUInt, 8, 1});
         status = runtime().launch(
             plan_rms_norm_backward({grad_out, t_h[1], w, modulated ? &scale : nullptr, modulated ? &index : nullptr,
                                     t_rstd[1], eps, &t_dres[1], weighted ? &t_dweight[1] : nullptr,
@@ -537,7 +543,8 @@ TEST_F(Gpu, GateResidualRmsNormEqualsItsTwoOpsBitwise) {
         const DLTensor t_sum = act_tensor(d_sum);
         const int64_t gate_ws = gate_residual_backward_workspace(rows, seq, R, hidden);
         int64_t gate_ws_shape[1] = {gate_ws};
-        const DLTensor gate_workspace = device_tensor(*d_ws, 0, 0, 1, gate_ws_shape, nullptr, DLDataType{kDLUInt, 8, 1});
+        const DLTensor gate_workspace =
+            device_tensor(*d_ws, 0, 0, 1, gate_ws_shape, nullptr, DLDataType{kDLUInt, 8, 1});
         status = runtime().launch(
             plan_gate_residual_backward({t_sum, gate, index, y, &t_dy[1], &t_dgate[1], &gate_workspace}), nullptr);
         ASSERT_TRUE(status.ok()) << status.message();
@@ -680,8 +687,10 @@ TEST_F(Gpu, DetLinearBackwardMatchesTheModel) {
   using namespace selftest;
   constexpr int64_t T = 3, K = 256, N = 5376;
   Generator gen{21};
-  std::vector<uint8_t> g = random_storage(gen, DType::F32, T * N, false), pre = random_storage(gen, DType::F32, T * N, false);
-  std::vector<uint8_t> x = random_storage(gen, DType::F32, T * K, false), w = random_storage(gen, DType::F32, N * K, false);
+  std::vector<uint8_t> g = random_storage(gen, DType::F32, T * N, false),
+                       pre = random_storage(gen, DType::F32, T * N, false);
+  std::vector<uint8_t> x = random_storage(gen, DType::F32, T * K, false),
+                       w = random_storage(gen, DType::F32, N * K, false);
   const int64_t ws_bytes = det_linear_backward_workspace(T, K, N);
   auto arena = DeviceArena::open(0);
   ASSERT_TRUE(static_cast<bool>(arena)) << llvm::toString(arena.takeError());
@@ -696,9 +705,12 @@ TEST_F(Gpu, DetLinearBackwardMatchesTheModel) {
   ASSERT_FALSE(static_cast<bool>(arena->take_error()));
   int64_t g_shape[2] = {T, N}, x_shape[2] = {T, K}, w_shape[2] = {N, K}, b_shape[1] = {N}, ws_shape[1] = {ws_bytes};
   const DLDataType f32 = dl_dtype(DType::F32);
-  const DLTensor t_g = device_tensor(*d_g, 0, 0, 2, g_shape, nullptr, f32), t_pre = device_tensor(*d_pre, 0, 0, 2, g_shape, nullptr, f32);
-  const DLTensor t_x = device_tensor(*d_x, 0, 0, 2, x_shape, nullptr, f32), t_w = device_tensor(*d_w, 0, 0, 2, w_shape, nullptr, f32);
-  const DLTensor t_in = device_tensor(*d_in, 0, 0, 2, x_shape, nullptr, f32), t_dw = device_tensor(*d_dw, 0, 0, 2, w_shape, nullptr, f32);
+  const DLTensor t_g = device_tensor(*d_g, 0, 0, 2, g_shape, nullptr, f32),
+                 t_pre = device_tensor(*d_pre, 0, 0, 2, g_shape, nullptr, f32);
+  const DLTensor t_x = device_tensor(*d_x, 0, 0, 2, x_shape, nullptr, f32),
+                 t_w = device_tensor(*d_w, 0, 0, 2, w_shape, nullptr, f32);
+  const DLTensor t_in = device_tensor(*d_in, 0, 0, 2, x_shape, nullptr, f32),
+                 t_dw = device_tensor(*d_dw, 0, 0, 2, w_shape, nullptr, f32);
   const DLTensor t_db = device_tensor(*d_db, 0, 0, 1, b_shape, nullptr, f32);
   const DLTensor t_ws = device_tensor(*d_ws, 0, 0, 1, ws_shape, nullptr, DLDataType{kDLUInt, 8, 1});
   for (bool silu : {false, true}) {
@@ -717,8 +729,8 @@ TEST_F(Gpu, DetLinearBackwardMatchesTheModel) {
     }
     std::vector<float> model[3] = {std::vector<float>(T * K), std::vector<float>(N * K), std::vector<float>(N)};
     det_linear_fp32_backward_model(reinterpret_cast<const float*>(g.data()), reinterpret_cast<const float*>(pre.data()),
-                                   reinterpret_cast<const float*>(x.data()), reinterpret_cast<const float*>(w.data()), T, K,
-                                   N, silu, model[0].data(), model[1].data(), model[2].data());
+                                   reinterpret_cast<const float*>(x.data()), reinterpret_cast<const float*>(w.data()),
+                                   T, K, N, silu, model[0].data(), model[1].data(), model[2].data());
     // bound[o][i] = 64u * sum over output o's terms at i of the d_v scale * |other factor| (+ a
     // subnormal-sized slack for terms that underflow differently).
     std::vector<double> bound[3] = {std::vector<double>(T * K), std::vector<double>(N * K), std::vector<double>(N)};
@@ -772,7 +784,8 @@ TEST_F(Gpu, DetLinearBf16BackwardMatchesTheModel) {
     const std::vector<uint8_t> g32 = random_storage(gen, DType::F32, kMaxT * N, false);
     std::vector<uint8_t> g16(static_cast<size_t>(kMaxT * N) * 2);
     const float* g32f = reinterpret_cast<const float*>(g32.data());
-    for (int64_t i = 0; i < kMaxT * N; ++i) reinterpret_cast<xj::bf16*>(g16.data())[i] = xj::round_to<xj::bf16>(g32f[i]);
+    for (int64_t i = 0; i < kMaxT * N; ++i)
+      reinterpret_cast<xj::bf16*>(g16.data())[i] = xj::round_to<xj::bf16>(g32f[i]);
     const std::vector<uint8_t> temb = random_storage(gen, DType::F32, kMaxT * K, false);
     const std::vector<uint8_t> w = random_storage(gen, DType::BF16, N * K, false);
     const int64_t ws_bytes = det_linear_backward_workspace(kMaxT, K, N);
@@ -806,7 +819,8 @@ TEST_F(Gpu, DetLinearBf16BackwardMatchesTheModel) {
           grad[i] = bf16_grad ? xj::to_float(reinterpret_cast<const xj::bf16*>(g16.data())[i]) : g32f[i];
         std::vector<float> d_x;  // d_input without SiLU: the sum the SiLU derivative then scales
         for (bool silu : {false, true}) {
-          SCOPED_TRACE(fmt::format("N = {}, T = {}, {} grad, silu {}", N, T, bf16_grad ? "bf16" : "fp32", silu ? "on" : "off"));
+          SCOPED_TRACE(
+              fmt::format("N = {}, T = {}, {} grad, silu {}", N, T, bf16_grad ? "bf16" : "fp32", silu ? "on" : "off"));
           // Runs 0 and 1: every gradient at once (the input pass writes d_weight and d_bias too);
           // run 2: d_input alone, then d_weight and d_bias alone (the weight-grad kernel), into
           // outputs poisoned with 0xFF first.

@@ -198,13 +198,15 @@ class Suite(check_support.Suite):
         worse = [a for a in rows if a["ours_rel"] > a["eager_rel"]]
         lines = ["", "## Accuracy against fp64 (exactjit vs eager)", "",
                  f"{len(rows)} comparisons of a gradient's rel-L2 error; exactjit's is larger than eager's in "
-                 f"{len(worse)}" + (f" (largest ratio x{max(a['ratio'] for a in worse):.3f})" if worse else "") + ".", "",
+                 f"{len(worse)}" + (f" (largest ratio x{max(a['ratio'] for a in worse):.3f})" if worse else "")
+                 + ".", "",
                  "| output | dtype | comparisons | worse than eager | largest exactjit / eager |",
                  "|---|---|---|---|---|"]
         for key in sorted({(a["output"], a["dtype"]) for a in rows}):
             group = [a for a in rows if (a["output"], a["dtype"]) == key]
             lines.append(f"| {key[0]} | {key[1]} | {len(group)} | "
-                         f"{sum(a['ours_rel'] > a['eager_rel'] for a in group)} | {fmt(max(a['ratio'] for a in group))} |")
+                         f"{sum(a['ours_rel'] > a['eager_rel'] for a in group)} | "
+                         f"{fmt(max(a['ratio'] for a in group))} |")
         lines += ["",
                   "| case | output | dtype | rel-L2 exactjit | rel-L2 eager | exactjit / eager | max abs exactjit | "
                   "max abs eager | floor | verdict |",
@@ -461,8 +463,8 @@ def rms_group(suite, data, hiddens, sizes):
                             if not ok:
                                 return False, f"forward through autograd differs from eager (no_grad): {fwd}"
                             parts = [detail, "forward = eager bitwise"]
-                            dx, dw, dsh, dsc = xj.runtime().rms_norm_backward(c.grad, c.x, c.weight, rstd, EPS, scale=scale,
-                                                                               index=c.index)
+                            dx, dw, dsh, dsc = xj.runtime().rms_norm_backward(c.grad, c.x, c.weight, rstd, EPS,
+                                                                               scale=scale, index=c.index)
                             pairs = [("dx vs rms_norm_backward", first[1], dx),
                                      ("dweight vs rms_norm_backward", first[2], dw)]
                             if c.modulated:
@@ -472,8 +474,10 @@ def rms_group(suite, data, hiddens, sizes):
                                 parts.append(f"table.grad {where}")
                                 # autograd adds the two views' scattered gradients (zeros elsewhere), and
                                 # -0 + 0 = +0: compare with the direct gradients plus zero.
-                                pairs += [("dshift (through the view) vs rms_norm_backward + 0", c.shift(first[3]), dsh + 0),
-                                          ("dscale (through the view) vs rms_norm_backward + 0", c.scale(first[3]), dsc + 0)]
+                                pairs += [("dshift (through the view) vs rms_norm_backward + 0", c.shift(first[3]),
+                                           dsh + 0),
+                                          ("dscale (through the view) vs rms_norm_backward + 0", c.scale(first[3]),
+                                           dsc + 0)]
                             ok, low = all_equal(pairs)
                             return ok, "; ".join(parts + [low])
 

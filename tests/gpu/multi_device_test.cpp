@@ -129,7 +129,8 @@ TEST_F(MultiDevice, EveryOpOnAnotherDeviceFromOneCacheEntry) {
   ScopedContext scope(**Driver::get(), zero);
   auto other = run_selftest(runtime, devices - 1, {});
   ASSERT_TRUE(static_cast<bool>(other)) << llvm::toString(other.takeError());
-  for (const SelftestLine& line : *other) EXPECT_TRUE(line.passed) << "device " << devices - 1 << " " << line.name << ": " << line.detail;
+  for (const SelftestLine& line : *other)
+    EXPECT_TRUE(line.passed) << "device " << devices - 1 << " " << line.name << ": " << line.detail;
   EXPECT_EQ(current_context(), zero);
   EXPECT_EQ(cached_images(options.cache_dir), images) << "the second device compiled its own entries";
   llvm::sys::fs::remove_directories(options.cache_dir);

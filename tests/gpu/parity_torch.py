@@ -279,8 +279,8 @@ def row_gather(suite, data, h):
                 del rows
             torch.cuda.empty_cache()
     rows = data.rows((3 * t, 6 * h), torch.bfloat16)
-    for name, tv, gv, arg in (("timestep = T", t, 0, "timestep_indices"), ("timestep = 2^62 (t*3 would wrap)", 1 << 62, 0,
-                                                                          "timestep_indices"),
+    for name, tv, gv, arg in (("timestep = T", t, 0, "timestep_indices"),
+                              ("timestep = 2^62 (t*3 would wrap)", 1 << 62, 0, "timestep_indices"),
                               ("tag = 3", 0, 3, "token_tags"), ("tag = -1", 0, -1, "token_tags")):
         ti = torch.zeros(64, dtype=torch.int64, device="cuda")
         tags = torch.zeros(64, dtype=torch.int64, device="cuda")

@@ -131,7 +131,8 @@ def parse_args(argv=None):
             _, dtype, _, out_features, _ = LAYERS[name]
             chunk = 256 if dtype == torch.bfloat16 else 64
             if out_features % (world * chunk):
-                parser.error(f"{name}: N = {out_features} does not split into {world} shards of whole {chunk}-output chunks")
+                parser.error(f"{name}: N = {out_features} does not split into {world} shards "
+                             f"of whole {chunk}-output chunks")
     if any(not 1 <= int(r) <= 8 for r in args.rows.split(",")):
         parser.error("--rows: T must be in 1..8 (the backward's limit)")
     return args

@@ -263,7 +263,8 @@ class BindingWithoutGpu(unittest.TestCase):
             calls = {
                 "xj_gate_residual_backward": lambda: _lib.function("xj_gate_residual_backward")(
                     rt.handle, *[None] * 7, None),
-                "xj_rms_norm_backward": lambda: _lib.function("xj_rms_norm_backward")(rt.handle, *[None] * 6, 1e-5, *[None] * 5, None),
+                "xj_rms_norm_backward": lambda: _lib.function("xj_rms_norm_backward")(
+                    rt.handle, *[None] * 6, 1e-5, *[None] * 5, None),
                 "xj_gate_residual_rms_norm_backward": lambda: _lib.function("xj_gate_residual_rms_norm_backward")(
                     rt.handle, *[None] * 9, 1e-5, *[None] * 7, None),
                 "xj_adaln_row_gather_backward": lambda: _lib.function("xj_adaln_row_gather_backward")(

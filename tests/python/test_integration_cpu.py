@@ -44,8 +44,8 @@ if HAS_DIFFUSERS:
 
     import minimax_h3_setup as setup
 
-OPTION_SETS = (dict(), dict(qk_norm=True), dict(refiner_norms=True), dict(det_linear=True), dict(sequence_parallel=True),
-               dict(qk_norm=True, refiner_norms=True, det_linear=True))
+OPTION_SETS = (dict(), dict(qk_norm=True), dict(refiner_norms=True), dict(det_linear=True),
+               dict(sequence_parallel=True), dict(qk_norm=True, refiner_norms=True, det_linear=True))
 SEQ, TEXT, AUDIO, BATCH = 29, 5, 6, 2
 
 

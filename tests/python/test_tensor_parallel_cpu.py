@@ -185,7 +185,8 @@ class RuntimeEntryPoints(unittest.TestCase):
         rt = exactjit.runtime()
         with self.assertRaisesRegex(exactjit.InvalidArgumentError, "^det_linear_input_fold: partials must be a CUDA"):
             rt.det_linear_input_fold(torch.zeros(2, 1, 16), torch.zeros(1, 16), weight_dtype=torch.bfloat16, silu=True)
-        with self.assertRaisesRegex(exactjit.InvalidArgumentError, "^det_linear_backward_partials: grad must be a CUDA"):
+        with self.assertRaisesRegex(exactjit.InvalidArgumentError,
+                                    "^det_linear_backward_partials: grad must be a CUDA"):
             rt.det_linear_backward_partials(torch.zeros(1, 256, dtype=torch.bfloat16), torch.zeros(1, 16),
                                             torch.zeros(256, 16, dtype=torch.bfloat16))
 

@@ -15,7 +15,8 @@ namespace exactjit::test {
 
 // How many times pattern occurs in text.
 inline size_t count(const std::string& text, const std::regex& pattern) {
-  return static_cast<size_t>(std::distance(std::sregex_iterator(text.begin(), text.end(), pattern), std::sregex_iterator()));
+  return static_cast<size_t>(
+      std::distance(std::sregex_iterator(text.begin(), text.end(), pattern), std::sregex_iterator()));
 }
 inline size_t count(const std::string& text, const char* pattern) { return count(text, std::regex(pattern)); }
 

@@ -51,7 +51,8 @@ CommandResult run_command(const std::string& program, const std::vector<std::str
     environment.push_back(extra);
   }
   std::vector<llvm::StringRef> envp(environment.begin(), environment.end());
-  const llvm::Optional<llvm::StringRef> redirects[] = {llvm::None, llvm::StringRef(out_file), llvm::StringRef(err_file)};
+  const llvm::Optional<llvm::StringRef> redirects[] = {llvm::None, llvm::StringRef(out_file),
+                                                       llvm::StringRef(err_file)};
   CommandResult result;
   result.exit_code = llvm::sys::ExecuteAndWait(program, argv, llvm::ArrayRef<llvm::StringRef>(envp), redirects);
   result.out = read_text(std::string(out_file));

@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
   std::ifstream maps("/proc/self/maps");
   bool mapped = false;
   for (std::string line; std::getline(maps, line);) mapped = mapped || line.find("libnvrtc") != std::string::npos;
-  const char* origin = lookup->origin == Origin::Compiled ? "compiled" : lookup->origin == Origin::Disk ? "disk" : "memory";
+  const char* origin =
+      lookup->origin == Origin::Compiled ? "compiled" : lookup->origin == Origin::Disk ? "disk" : "memory";
   fmt::print("origin {} nvrtc_loaded {} nvrtc_mapped {} ms {:.3f} problems {}\n", origin, Nvrtc::loaded() ? 1 : 0,
              mapped ? 1 : 0, ms, lookup->problems.size());
   return 0;

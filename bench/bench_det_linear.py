@@ -171,8 +171,7 @@ def markdown(meta, rows):
             continue
         if "row_invariant" not in r:  # fwd+bwd rows: timing and repeatability only
             lines.append(f"| {r['op']} | {r['T']} | {r['impl']} | {r['ms']:.4f} | {r['gbs']:.0f} | "
-                         f"{r['pct_copy']:.1f} | "
-                         f"{r['floor_ms']:.4f} | {r.get('vs_cublas', float('nan')):.2f}x | | "
+                         f"{r['pct_copy']:.1f} | {r['floor_ms']:.4f} | {r.get('vs_cublas', float('nan')):.2f}x | | "
                          f"{r.get('repeatable', '')} | | {verdict(r, meta['device'])} |")
             continue
         lines.append(f"| {r['op']} | {r['T']} | {r['impl']} | {r['ms']:.4f} | {r['gbs']:.0f} | {r['pct_copy']:.1f} | "

@@ -217,7 +217,8 @@ llvm::Expected<LaunchSequence> plan_gate_residual_rms_norm_backward(const GateRe
 
 namespace {
 std::vector<std::string_view> forward_templates(const KernelSpec&) {
-  return {"gate_residual_math.cuh", "quad_io.cuh", "row_sum.cuh", "rms_norm_output.cuh", "gate_residual_rms_norm.cuh"};
+  return {"gate_residual_math.cuh", "quad_io.cuh",         "row_sum.cuh",
+          "row_slot.cuh",           "rms_norm_output.cuh", "gate_residual_rms_norm.cuh"};
 }
 // The forward always gathers the gate: a table stride >= H.
 RuleBreak forward_rule(const KernelSpec& spec) {

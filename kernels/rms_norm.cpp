@@ -138,7 +138,7 @@ llvm::Expected<LaunchPlan> plan_rms_norm(const RmsNormArgs& a) {
 
 namespace {
 std::vector<std::string_view> rms_norm_templates(const KernelSpec&) {
-  return {"quad_io.cuh", "row_sum.cuh", "rms_norm_output.cuh", "rms_norm.cuh"};
+  return {"quad_io.cuh", "row_sum.cuh", "row_slot.cuh", "rms_norm_output.cuh", "rms_norm.cuh"};
 }
 // Fixed 4-element vectors; weighted and unweighted; both index types where modulated.
 std::vector<KernelSpec> rms_norm_family(const KernelSpec& sizes) {

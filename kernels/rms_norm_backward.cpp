@@ -362,7 +362,8 @@ llvm::Expected<LaunchSequence> plan_rms_norm_backward(const RmsNormBackwardArgs&
 }
 
 std::vector<std::string_view> rms_norm_dx_templates(const KernelSpec&) {
-  return {"quad_io.cuh", "fixed_order_sum.cuh", "row_sum.cuh", "rms_norm_grad_math.cuh", "rms_norm_backward.cuh"};
+  return {"quad_io.cuh",  "fixed_order_sum.cuh",    "row_sum.cuh",
+          "row_slot.cuh", "rms_norm_grad_math.cuh", "rms_norm_backward.cuh"};
 }
 
 std::string rms_norm_dx_constants(const KernelSpec& spec, bool residual_grad) {

@@ -40,16 +40,11 @@ XJ_ENTRY(const gate_residual_rms_norm::T* __restrict__ residual, const gate_resi
          long long table_rows, float eps, xj::ErrorRecord* errors) {
   using namespace gate_residual_rms_norm;
   __shared__ float warp_sums[spec::kRowsPerBlock][kWarps];
-  const int group = threadIdx.x / kRowThreads;
-  const int t = threadIdx.x % kRowThreads;
-  const long long row = (long long)blockIdx.x * spec::kRowsPerBlock + group;
-  bool live = row < rows;
-  long long i = 0;
-  if (live) {
-    i = xj::checked_index(index, row % seq, table_rows, errors, spec::kOpCode, t == 0);
-    live = i >= 0;
-    if (!live) i = 0;
-  }
+  const xj::RowSlot slot = xj::row_slot<kRowThreads, spec::kRowsPerBlock, true, false>(
+      index, rows, seq, table_rows, errors, spec::kOpCode);
+  const int group = slot.group, t = slot.t;
+  const long long row = slot.row, i = slot.i;
+  const bool live = slot.live;
 
   // 1. The row's residual, y and gate quads, then h = residual + gate * y into the registers,
   //    stored, and its sum of squares in PyTorch's order.

@@ -33,17 +33,11 @@ XJ_ENTRY(const rms_norm::T* __restrict__ x, const rms_norm::T* __restrict__ weig
          long long rows, long long seq, long long table_rows, float eps, xj::ErrorRecord* errors) {
   using namespace rms_norm;
   __shared__ float warp_sums[spec::kRowsPerBlock][kWarps];
-  const int group = threadIdx.x / kRowThreads;
-  const int t = threadIdx.x % kRowThreads;
-  const long long row = (long long)blockIdx.x * spec::kRowsPerBlock + group;
-  bool live = row < rows;
-
-  long long i = 0;
-  if (spec::kModulated && live) {
-    i = xj::checked_index(index, row % seq, table_rows, errors, spec::kOpCode, t == 0);
-    live = i >= 0;
-    if (!live) i = 0;
-  }
+  const xj::RowSlot slot = xj::row_slot<kRowThreads, spec::kRowsPerBlock, spec::kModulated, false>(
+      index, rows, seq, table_rows, errors, spec::kOpCode);
+  const int group = slot.group, t = slot.t;
+  const long long row = slot.row, i = slot.i;
+  const bool live = slot.live;
 
   // 1. One read of the row into registers, then the sum of squares in PyTorch's order.
   const T* x_row = x + row * spec::kHidden;

@@ -69,17 +69,11 @@ XJ_ENTRY(const rms_norm_backward::T* __restrict__ grad, const rms_norm_backward:
   using namespace rms_norm_backward;
   __shared__ float warp_sums[kRowsPerBlock][4];
   __shared__ double warp_squares[kRowsPerBlock][4];
-  // One row per block where rows are 128 threads: the grid is exactly the rows.
-  const int group = kRowsPerBlock == 1 ? 0 : (int)threadIdx.x / kRowThreads;
-  const int t = kRowsPerBlock == 1 ? (int)threadIdx.x : (int)threadIdx.x % kRowThreads;
-  const long long row = (long long)blockIdx.x * kRowsPerBlock + group;
-  bool live = kRowsPerBlock == 1 || row < rows;
-  long long i = 0;
-  if (kModulated && live) {
-    i = xj::checked_index(index, row % seq, table_rows, errors, spec::kOpCode, t == 0);
-    live = i >= 0;
-    if (!live) i = 0;
-  }
+  const xj::RowSlot slot =
+      xj::row_slot<kRowThreads, kRowsPerBlock, kModulated, true>(index, rows, seq, table_rows, errors, spec::kOpCode);
+  const int group = slot.group, t = slot.t;
+  const long long row = slot.row, i = slot.i;
+  const bool live = slot.live;
   const T* x_row = x + row * spec::kHidden;
   const T* grad_row = grad + row * spec::kHidden;
   const T* scale_row = scale + i * spec::kTableStride;
